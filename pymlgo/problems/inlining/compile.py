@@ -1,0 +1,150 @@
+"""Compile one corpus module at -Oz with a policy answering the inliner; measure .text."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pymlgo.corpus.command import FlagEdits, recompile_args
+from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Trajectory
+from pymlgo.protocol.channel import ChannelError, ChannelSession, make_fifos, serve_channel
+from pymlgo.protocol.features import FeatureMismatchError, select_features
+from pymlgo.protocol.log import Header, Observation
+from pymlgo.toolchain import run
+from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.elf import text_size
+
+OPT_LEVEL = "-Oz"
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def channel_flags(base: Path) -> list[str]:
+    """Stock clang >= 17: ask the inliner's release-mode advisor to use the FIFO channel."""
+    return [
+        "-mllvm", "-enable-ml-inliner=release",
+        "-mllvm", f"-inliner-interactive-channel-base={base}",
+        "-mllvm", "-inliner-interactive-include-default",
+    ]  # fmt: skip
+
+
+def _error_text(res: run.ProcessResult) -> str:
+    tail = res.stderr.strip().splitlines()[-5:]
+    return f"compiler exited with {res.returncode}: " + " | ".join(tail)
+
+
+def compile_baseline(
+    compiler: Compiler,
+    job: CompileJob,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    edits: FlagEdits = FlagEdits(),
+) -> ModuleResult:
+    """Plain -Oz, no channel: the heuristic's size every policy is compared with."""
+    started = time.monotonic()
+    with run.private_tmpdir() as tmp:
+        bc, obj = tmp / "module.bc", tmp / "module.o"
+        bc.write_bytes(job.bitcode)
+        argv = [
+            *compiler.clang_argv,
+            *recompile_args(job.cmd, input_bc=str(bc), output_obj=str(obj), opt_level=OPT_LEVEL,
+                            edits=edits),
+        ]
+        try:
+            res = run.run(argv, timeout=timeout, cwd=tmp)
+        except run.CompileTimeout as exc:
+            return ModuleResult(job.module, None, seconds=time.monotonic() - started,
+                                error=str(exc))
+        if res.returncode != 0:
+            return ModuleResult(job.module, None, seconds=res.seconds, error=_error_text(res))
+        return ModuleResult(job.module, text_size(obj), seconds=time.monotonic() - started)
+
+
+def _trajectory(session: ChannelSession) -> Trajectory | None:
+    if session.header is None:
+        return None
+    names = [s.name for s in session.header.features]
+    n = len(session.decisions)
+    features = {
+        name: (np.stack([d.features[i] for d in session.decisions]) if n else
+               np.zeros((0, *spec.shape), dtype=spec.dtype))
+        for i, (name, spec) in enumerate(zip(names, session.header.features, strict=True))
+    }
+    adv = session.header.advice
+    advice = (np.stack([d.advice for d in session.decisions]) if n else
+              np.zeros((0, *(adv.shape if adv else (1,))), dtype=np.int64))
+    return Trajectory(
+        contexts=tuple(d.context for d in session.decisions), features=features, advice=advice
+    )
+
+
+def compile_with_policy(
+    compiler: Compiler,
+    job: CompileJob,
+    policy: Policy,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    record: bool = False,
+    edits: FlagEdits = FlagEdits(),
+) -> ModuleResult:
+    """Compile `job` at -Oz with `policy` answering every inlining decision.
+
+    Never raises for a bad module: compiler failure, timeout or a channel error becomes
+    `ModuleResult.error`, so a corpus run goes on.
+    """
+    started = time.monotonic()
+    deadline = started + timeout
+    decide = policy.for_module(job.module)
+    required = policy.required_features
+    indices: list[int] | None = None
+
+    def advise(context: str, obs: Observation, header: Header) -> int | float | np.ndarray:
+        nonlocal indices
+        if indices is None:
+            indices = select_features(header.features, required)
+        feats = {header.features[i].name: obs.tensors[i] for i in indices}
+        return decide(feats)
+
+    with run.private_tmpdir() as tmp:
+        bc, obj = tmp / "module.bc", tmp / "module.o"
+        bc.write_bytes(job.bitcode)
+        base = make_fifos(tmp)
+        argv = [
+            *compiler.clang_argv,
+            *recompile_args(job.cmd, input_bc=str(bc), output_obj=str(obj), opt_level=OPT_LEVEL,
+                            edits=edits),
+            *channel_flags(base),
+        ]
+        with open(tmp / "stderr.txt", "wb") as err:
+            proc = run.start(argv, cwd=tmp, stderr=err)
+            try:
+                try:
+                    session = serve_channel(
+                        base, advise, timeout=timeout, compiler_alive=lambda: proc.poll() is None
+                    )
+                except FeatureMismatchError:
+                    raise  # the policy cannot run on this compiler at all: not a module failure
+                except (ChannelError, ValueError) as exc:
+                    run.kill_and_reap(proc)
+                    return ModuleResult(job.module, None, seconds=time.monotonic() - started,
+                                        error=f"channel: {exc}")
+                try:
+                    res = run.finish(proc, deadline=deadline, started=started)
+                except run.CompileTimeout as exc:
+                    return ModuleResult(job.module, None, seconds=time.monotonic() - started,
+                                        error=str(exc))
+            finally:
+                run.kill_and_reap(proc)
+        stderr = (tmp / "stderr.txt").read_text(errors="replace")
+        if res.returncode != 0:
+            res = run.ProcessResult(res.returncode, stderr, res.seconds)
+            return ModuleResult(job.module, None, seconds=res.seconds, error=_error_text(res))
+        size = text_size(obj)
+    return ModuleResult(
+        job.module,
+        size,
+        decisions=len(session.decisions),
+        seconds=time.monotonic() - started,
+        trajectory=_trajectory(session) if record else None,
+    )

@@ -1,0 +1,93 @@
+"""Run compiler processes with a deadline, in a private temp dir, always reaped."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from typing import IO
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+class CompileTimeout(RuntimeError):
+    """The compiler ran past its deadline and was killed."""
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    returncode: int
+    stderr: str
+    seconds: float
+
+
+@contextlib.contextmanager
+def private_tmpdir(prefix: str = "mlgo-") -> Iterator[Path]:
+    """A temp dir only this compile uses; removed on every exit path."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def start(
+    argv: Sequence[str], *, cwd: Path | None = None, stderr: IO[bytes] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a compiler in its own process group so a kill reaches any children too.
+
+    Pass a file as `stderr` when the caller talks to the compiler while it runs: a
+    PIPE nobody drains can fill up and stall the compiler mid-protocol.
+    """
+    return subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr if stderr is not None else subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+def kill_and_reap(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the process group and wait for the child, so no zombie or orphan is left."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.communicate(timeout=10)
+
+
+def finish(proc: subprocess.Popen[bytes], *, deadline: float, started: float) -> ProcessResult:
+    """Wait for `proc` until the monotonic `deadline`; kill it and raise past that."""
+    try:
+        _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        kill_and_reap(proc)
+        raise CompileTimeout(
+            f"compiler killed after {time.monotonic() - started:.1f}s (timeout)"
+        ) from None
+    return ProcessResult(
+        returncode=proc.returncode,
+        stderr=err.decode(errors="replace") if err else "",
+        seconds=time.monotonic() - started,
+    )
+
+
+def run(
+    argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S, cwd: Path | None = None
+) -> ProcessResult:
+    """Run to completion with a timeout; the child is reaped on every path."""
+    started = time.monotonic()
+    proc = start(argv, cwd=cwd)
+    try:
+        return finish(proc, deadline=started + timeout, started=started)
+    finally:
+        kill_and_reap(proc)

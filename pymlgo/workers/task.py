@@ -1,0 +1,28 @@
+"""Execute one compile job in the current process: dispatch on the problem."""
+
+from __future__ import annotations
+
+import functools
+
+from pymlgo.problems.base import CompileJob, ModuleResult
+from pymlgo.toolchain.compiler import Compiler, find_compiler
+from pymlgo.workers.protocol import WorkSpec
+
+
+@functools.lru_cache(maxsize=8)
+def compiler_for(clang: str | None) -> Compiler:
+    """Resolve once per worker process: each node finds its own bundled compiler."""
+    return find_compiler(clang)
+
+
+def execute(spec: WorkSpec, job: CompileJob) -> ModuleResult:
+    compiler = compiler_for(spec.clang)
+    if spec.problem == "inlining":
+        from pymlgo.problems.inlining import compile as inl
+
+        if spec.policy is None:
+            return inl.compile_baseline(compiler, job, timeout=spec.timeout, edits=spec.edits)
+        return inl.compile_with_policy(
+            compiler, job, spec.policy, timeout=spec.timeout, record=spec.record, edits=spec.edits
+        )
+    raise ValueError(f"unknown problem {spec.problem!r}")
