@@ -10,9 +10,9 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from typing import IO
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 DEFAULT_TIMEOUT_S = 300.0
 

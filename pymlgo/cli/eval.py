@@ -1,0 +1,72 @@
+"""`mlgo eval`: size of every corpus module with a policy vs plain -Oz."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pymlgo.cli import common
+from pymlgo.evaluate.eval import corpus_jobs, evaluate, format_table
+from pymlgo.policy.store import load_policy
+from pymlgo.protocol.features import FeatureMismatchError
+from pymlgo.toolchain.compiler import CompilerError, find_compiler
+from pymlgo.workers import make_executor
+from pymlgo.workers.protocol import WorkSpec
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="compare a policy's .text size with plain -Oz on a corpus",
+        description=(
+            "Compile every module of a corpus twice: with plain -Oz (the baseline, cached per "
+            "module and compiler) and with POLICY answering clang's inliner through the "
+            "interactive channel. Prints a per-module table and the total change "
+            "(policy/baseline - 1). A module that fails or times out is reported and left "
+            "out of the totals."
+        ),
+    )
+    common.add_corpus_arg(p)
+    p.add_argument(
+        "--policy", default="default",
+        help="default (clang's heuristic through the channel), never, always, "
+        "random:P[:SEED], pretrained:NAME, or a saved policy directory (default: default)",
+    )
+    p.add_argument("--problem", default="inlining", choices=["inlining"],
+                   help="which optimization the policy drives (default: inlining)")
+    p.add_argument("--seed", type=int, default=0, help="seed for stochastic policies")
+    p.add_argument("--json", type=Path, default=None, metavar="OUT",
+                   help="also write the full report as JSON to OUT")
+    common.add_worker_args(p)
+    common.add_compiler_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        compiler = find_compiler(args.clang)
+        policy = load_policy(args.policy, problem=args.problem, seed=args.seed)
+        corpus = common.resolve_corpus(args.corpus)
+    except (CompilerError, ValueError, OSError) as exc:
+        print(f"mlgo eval: {exc}", file=sys.stderr)
+        return 2
+    jobs = corpus_jobs(corpus)
+    spec = WorkSpec(problem=args.problem, clang=str(compiler.path) if not compiler.bundled
+                    else None, timeout=args.timeout)
+    bar, on_result = common.progress(2 * len(jobs), f"eval {policy.name}")
+    try:
+        with make_executor(args.cluster, common.default_workers(args.workers)) as executor:
+            report = evaluate(executor, compiler, jobs, policy, spec=spec, on_result=on_result)
+    except FeatureMismatchError as exc:
+        print(f"mlgo eval: policy {policy.name!r} cannot run on {compiler.path}: {exc}",
+              file=sys.stderr)
+        return 2
+    finally:
+        bar.close()
+    print(format_table(report))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    return 0 if report.ok_modules else 1

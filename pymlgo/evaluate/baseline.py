@@ -1,0 +1,97 @@
+"""Plain -Oz sizes per module, cached on disk by (compiler, command, bitcode)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from pymlgo.problems.base import CompileJob, ModuleResult
+from pymlgo.toolchain.compiler import Compiler
+from pymlgo.workers.protocol import Executor, WorkSpec
+
+
+def cache_root() -> Path:
+    """$MLGO_CACHE_DIR, else $XDG_CACHE_HOME/pymlgo, else ~/.cache/pymlgo."""
+    if env := os.environ.get("MLGO_CACHE_DIR"):
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pymlgo"
+
+
+def baseline_key(compiler: Compiler, spec: WorkSpec, job: CompileJob) -> str:
+    """Changes whenever the baseline could: compiler build, problem, flags, bitcode."""
+    h = hashlib.sha256()
+    for part in (compiler.identity, spec.problem, repr(spec.edits), "\0".join(job.cmd)):
+        h.update(part.encode())
+        h.update(b"\0")
+    h.update(job.bitcode)
+    return h.hexdigest()
+
+
+class BaselineCache:
+    """One small JSON file per key; writes are atomic so parallel runs can share it."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = (root or cache_root()) / "baselines"
+
+    def get(self, key: str) -> int | None:
+        try:
+            return int(json.loads((self.root / f"{key}.json").read_text())["size"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def put(self, key: str, size: int) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"size": size}, f)
+        os.replace(tmp, self.root / f"{key}.json")
+
+
+def baseline_results(
+    executor: Executor,
+    jobs: Sequence[CompileJob],
+    compiler: Compiler,
+    *,
+    spec: WorkSpec | None = None,
+    cache: BaselineCache | None = None,
+) -> Iterator[ModuleResult]:
+    """Baseline result per job: cached ones first, the rest compiled on `executor`.
+
+    Failures are yielded (with `error`) but never cached.
+    """
+    base_spec = spec if spec is not None else WorkSpec()
+    base_spec = WorkSpec(problem=base_spec.problem, clang=base_spec.clang, policy=None,
+                         timeout=base_spec.timeout, edits=base_spec.edits)
+    cache = cache or BaselineCache()
+    keys = {job.module: baseline_key(compiler, base_spec, job) for job in jobs}
+    missing: list[CompileJob] = []
+    for job in jobs:
+        size = cache.get(keys[job.module])
+        if size is None:
+            missing.append(job)
+        else:
+            yield ModuleResult(job.module, size, extra={"cached": 1.0})
+    if missing:
+        for res in executor.run(base_spec, missing):
+            if res.ok and res.size is not None:
+                cache.put(keys[res.module], res.size)
+            yield res
+
+
+def baseline_sizes(
+    executor: Executor,
+    jobs: Iterable[CompileJob],
+    compiler: Compiler,
+    *,
+    spec: WorkSpec | None = None,
+) -> dict[str, int]:
+    """Module -> -Oz .text bytes; modules whose baseline failed are left out."""
+    return {
+        r.module: r.size
+        for r in baseline_results(executor, list(jobs), compiler, spec=spec)
+        if r.ok and r.size is not None
+    }

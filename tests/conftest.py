@@ -1,0 +1,53 @@
+"""Shared fixtures: the real bundled compiler and real corpora built from C sources."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pymlgo.corpus.command import parse_cmd
+from pymlgo.problems.base import CompileJob
+from pymlgo.toolchain.compiler import Compiler, find_compiler
+from pymlgo.toolchain.elf import read_sections
+
+DATA = Path(__file__).parent / "data"
+MINIC = DATA / "minic"
+TARGET_FLAGS = ("-target", "x86_64-linux-gnu", "-mcpu=baseline")
+
+
+@pytest.fixture(scope="session")
+def compiler() -> Compiler:
+    return find_compiler(None)
+
+
+def build_jobs(compiler: Compiler, sources: list[Path], out_dir: Path) -> list[CompileJob]:
+    """Compile C files with embedded bitcode and turn each object into a CompileJob."""
+    jobs = []
+    for src in sources:
+        obj = out_dir / (src.stem + ".o")
+        subprocess.run(
+            [*compiler.cc_argv, "-c", *TARGET_FLAGS, "-Oz", "-Xclang", "-fembed-bitcode=all",
+             str(src), "-o", str(obj)],
+            check=True,
+        )
+        sec = read_sections(obj, (".llvmbc", ".llvmcmd"))
+        assert sec[".llvmbc"] and sec[".llvmcmd"]
+        jobs.append(CompileJob(f"minic/{src.stem}", sec[".llvmbc"], parse_cmd(sec[".llvmcmd"])))
+    return jobs
+
+
+@pytest.fixture(scope="session")
+def minic_jobs(compiler: Compiler, tmp_path_factory: pytest.TempPathFactory) -> list[CompileJob]:
+    """The four modules of tests/data/minic (a small self-checking C program)."""
+    return build_jobs(compiler, sorted(MINIC.glob("*.c")), tmp_path_factory.mktemp("minic"))
+
+
+@pytest.fixture(scope="session")
+def demo_corpus_dir() -> Path:
+    """The real demo corpus (zstd, brotli, lz4), built once and cached across runs."""
+    from pymlgo.corpus.demo import ensure_demo_corpus
+
+    return ensure_demo_corpus(progress=False)
+

@@ -1,0 +1,103 @@
+"""Compiling a module with a policy on the channel, against the real bundled clang."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+
+import pytest
+
+from pymlgo.corpus.command import FlagEdits
+from pymlgo.problems.inlining.compile import compile_baseline, compile_with_policy
+from pymlgo.problems.inlining.policies import builtin_policy
+from pymlgo.protocol.features import FeatureMismatchError
+from tests.test_toolchain import children_of_self
+
+
+def test_default_policy_through_the_channel_equals_plain_oz_per_module(compiler, minic_jobs):
+    for job in minic_jobs:
+        base = compile_baseline(compiler, job)
+        res = compile_with_policy(compiler, job, builtin_policy("default"))
+        assert base.ok and res.ok, (base.error, res.error)
+        assert res.size == base.size, job.module
+    assert sum(compile_with_policy(compiler, j, builtin_policy("default")).decisions
+               for j in minic_jobs) > 10
+
+
+def test_never_and_always_change_the_size(compiler, minic_jobs):
+    def total(policy: str) -> int:
+        return sum(compile_with_policy(compiler, j, builtin_policy(policy)).size
+                   for j in minic_jobs)
+
+    default, never, always = total("default"), total("never"), total("always")
+    assert never != default and always != default and never != always
+
+
+def test_random_policy_is_deterministic_for_a_seed(compiler, minic_jobs):
+    job = max(minic_jobs, key=lambda j: len(j.bitcode))
+    runs = [compile_with_policy(compiler, job, builtin_policy("random:0.5:7"), record=True)
+            for _ in range(2)]
+    assert runs[0].size == runs[1].size
+    assert (runs[0].trajectory.advice == runs[1].trajectory.advice).all()
+
+
+def test_recorded_trajectory_holds_every_feature_and_decision(compiler, minic_jobs):
+    res = compile_with_policy(compiler, minic_jobs[0], builtin_policy("default"), record=True)
+    traj = res.trajectory
+    assert len(traj) == res.decisions > 0
+    assert list(traj.features)[-1] == "inlining_default"
+    assert "callee_basic_block_count" in traj.features
+    assert (traj.advice.reshape(-1) == traj.features["inlining_default"].reshape(-1)).all()
+
+
+def test_compiler_that_never_opens_the_channel_fails_fast_and_cleanly(
+    compiler, minic_jobs, tmp_path, monkeypatch
+):
+    # -O0 after -Oz wins in cc1: the inliner pass never runs, so the FIFOs are never opened.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    tempfile.tempdir = None  # make tempfile re-read TMPDIR
+    try:
+        before = children_of_self()
+        res = compile_with_policy(compiler, minic_jobs[0], builtin_policy("default"),
+                                  timeout=20, edits=FlagEdits(add=("-O0",)))
+    finally:
+        tempfile.tempdir = None
+    assert not res.ok
+    assert "without opening the channel" in res.error
+    assert res.seconds < 10
+    assert os.listdir(tmp_path) == []  # no FIFO, no temp dir left
+    assert children_of_self() <= before
+
+
+def test_a_failing_compile_is_an_error_result_not_an_exception(compiler, minic_jobs):
+    bad = minic_jobs[0].__class__("broken", b"not bitcode", minic_jobs[0].cmd)
+    res = compile_with_policy(compiler, bad, builtin_policy("default"), timeout=20)
+    assert not res.ok and res.size is None
+    assert not compile_baseline(compiler, bad).ok
+
+
+@dataclass(frozen=True)
+class NeedsUnknownFeature:
+    name: str = "future"
+    required_features: tuple[str, ...] = ("inlining_default", "feature_from_llvm_99")
+
+    def for_module(self, module):
+        return lambda feats: 0
+
+
+def test_policy_needing_a_feature_the_compiler_lacks_is_a_clear_error(compiler, minic_jobs):
+    with pytest.raises(FeatureMismatchError, match="feature_from_llvm_99"):
+        compile_with_policy(compiler, minic_jobs[0], NeedsUnknownFeature())
+
+
+def test_policy_knowing_fewer_features_than_the_compiler_works(compiler, minic_jobs):
+    # `default` needs only inlining_default; the 38 other features are ignored.
+    assert builtin_policy("default").required_features == ("inlining_default",)
+    assert compile_with_policy(compiler, minic_jobs[0], builtin_policy("default")).ok
+
+
+@pytest.mark.parametrize("spec", ["random:2", "random:x", "sometimes", "random:0.5:1:2"])
+def test_bad_builtin_policy_names_are_rejected(spec):
+    with pytest.raises(ValueError, match="policy"):
+        builtin_policy(spec)
