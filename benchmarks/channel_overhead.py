@@ -1,0 +1,73 @@
+"""Wall time of compiling a corpus through the channel (`default`) vs plain -Oz.
+
+Prints JSON. Compiles run one at a time in this process so the two modes see the same
+machine; each module is measured `--repeats` times per mode, interleaved, and the
+fastest run counts (the least disturbed by other load).
+
+    python benchmarks/channel_overhead.py [--corpus DIR|demo] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from pymlgo.cli.common import resolve_corpus
+from pymlgo.evaluate.eval import corpus_jobs
+from pymlgo.problems.inlining.compile import compile_baseline, compile_with_policy
+from pymlgo.problems.inlining.policies import builtin_policy
+from pymlgo.toolchain.compiler import find_compiler
+
+TARGET_RATIO = 1.03
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", default="demo")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--clang", default=None)
+    args = ap.parse_args(argv)
+
+    compiler = find_compiler(args.clang)
+    jobs = corpus_jobs(resolve_corpus(args.corpus))
+    policy = builtin_policy("default")
+    plain_s = channel_s = 0.0
+    decisions = 0
+    mismatched = []
+    for job in jobs:
+        best_plain = best_channel = float("inf")
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            base = compile_baseline(compiler, job)
+            best_plain = min(best_plain, time.perf_counter() - t)
+            t = time.perf_counter()
+            res = compile_with_policy(compiler, job, policy)
+            best_channel = min(best_channel, time.perf_counter() - t)
+        if not (base.ok and res.ok) or base.size != res.size:
+            mismatched.append(job.module)
+        plain_s += best_plain
+        channel_s += best_channel
+        decisions += res.decisions
+    ratio = channel_s / plain_s
+    print(json.dumps({
+        "benchmark": "channel_overhead",
+        "corpus": args.corpus,
+        "modules": len(jobs),
+        "compiler": compiler.describe(),
+        "repeats": args.repeats,
+        "plain_oz_seconds": round(plain_s, 3),
+        "channel_default_seconds": round(channel_s, 3),
+        "ratio": round(ratio, 4),
+        "target_ratio": TARGET_RATIO,
+        "meets_target": ratio <= TARGET_RATIO,
+        "decisions": decisions,
+        "decisions_per_second": round(decisions / channel_s, 1),
+        "size_mismatches": mismatched,
+    }, indent=2))
+    return 0 if not mismatched else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
