@@ -1,0 +1,340 @@
+"""`mlgo corpus`: make corpora (extract, make, combine, capture, demo) and inspect them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pymlgo.corpus.format import CorpusError, load_corpus
+from pymlgo.toolchain.compiler import CompilerError
+
+_FORMAT_NOTE = (
+    "The output is the corpus layout of LLVM's mlgo-utils: corpus_description.json plus, per "
+    "module, NAME.bc (bitcode before optimization) and NAME.cmd (the cc1 arguments, "
+    "NUL-separated); ThinLTO adds NAME.thinlto.bc. The corpus is written to a temporary "
+    "directory next to the output and renamed into place, so a failed run writes nothing."
+)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "corpus",
+        help="build a corpus (capture a build, extract, make, combine, demo) or inspect one",
+        description=(
+            "A corpus is the training and evaluation data of MLGO: the modules of a real "
+            "program, captured before optimization, with the exact command that compiles "
+            "each. " + _FORMAT_NOTE
+        ),
+    )
+
+    def no_action(_args: argparse.Namespace) -> int:
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=no_action)
+    sub = p.add_subparsers(dest="corpus_command", metavar="ACTION")
+    _add_capture(sub)
+    _add_extract(sub)
+    _add_make(sub)
+    _add_combine(sub)
+    _add_demo(sub)
+    _add_info(sub)
+
+
+def _add_common_output(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a non-empty output directory (only once the new corpus is "
+                   "complete)")
+    p.add_argument("--no_progress", action="store_true", help="no progress bar")
+
+
+def _add_extract(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "extract",
+        help="corpus from objects built with -Xclang -fembed-bitcode=all",
+        description=(
+            "Read the embedded .llvmbc (bitcode) and .llvmcmd (cc1 command) sections of every "
+            "object named by a compile_commands.json, a linker parameters file, or found in a "
+            "directory, and write a corpus. Flags are those of LLVM's mlgo-utils extract_ir; "
+            "sections are read in Python, so no llvm-objcopy is needed. Objects without "
+            "embedded bitcode (e.g. from assembly), missing objects and non-ELF files are "
+            "reported, not fatal. Module names are object paths without the .o extension. "
+            + _FORMAT_NOTE
+        ),
+    )
+    p.add_argument("--input", default=None, metavar="F",
+                   help="compile_commands.json, a linker parameters file, or a directory of "
+                   "objects (omit with --thinlto_build=local)")
+    p.add_argument("--input_type", choices=["json", "params", "directory"], default="json",
+                   help="what --input is (default: json)")
+    p.add_argument("--output_dir", required=True, metavar="D", help="corpus directory to write")
+    p.add_argument("--num_workers", type=int, default=None, metavar="N",
+                   help="parallel worker processes (default: all cores)")
+    p.add_argument("--obj_base_dir", default=None, metavar="B",
+                   help="directory object paths are relative to, and module names are made "
+                   "relative to (default: each compile command's directory for json, the "
+                   "current directory for params)")
+    p.add_argument("--cmd_filter", default=None, metavar="REGEX",
+                   help="keep only modules with a command argument matching REGEX (searched in "
+                   "each argument separately, e.g. '^-O2|-O3')")
+    p.add_argument("--thinlto_build", choices=["distributed", "local"], default=None,
+                   help="distributed: also copy each module's -fthinlto-index file; local: "
+                   "take the *.3.import.bc and *.thinlto.bc that lld's --save-temps=import "
+                   "and --thinlto-emit-index-files left under --obj_base_dir")
+    p.add_argument("--cmd_section_name", default=".llvmcmd", metavar="S",
+                   help="section holding the command (default: .llvmcmd)")
+    p.add_argument("--bitcode_section_name", default=".llvmbc", metavar="S",
+                   help="section holding the bitcode (default: .llvmbc)")
+    p.add_argument("--llvm_objcopy_path", default=None, metavar="P",
+                   help="accepted for compatibility with mlgo-utils and ignored")
+    _add_common_output(p)
+    p.set_defaults(func=run_extract)
+
+
+def _add_make(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "make",
+        help="corpus from loose .bc files",
+        description=(
+            "Copy every .bc file under --input_dir into a corpus. Loose bitcode has no recorded "
+            "command, so the corpus gets global_command_override = --default_args (clang driver "
+            "flags such as '-O2', or cc1 arguments starting with -cc1), as LLVM's mlgo-utils "
+            "make_corpus does. " + _FORMAT_NOTE
+        ),
+    )
+    p.add_argument("--input_dir", required=True, metavar="D", help="directory with .bc files")
+    p.add_argument("--output_dir", required=True, metavar="O", help="corpus directory to write")
+    p.add_argument("--default_args", default="", metavar='"ARGS"',
+                   help="flags every module is compiled with (shell-quoted string; default: "
+                   "none, i.e. clang's defaults)")
+    _add_common_output(p)
+    p.set_defaults(func=run_make)
+
+
+def _add_combine(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "combine",
+        help="merge the sub-corpora of a directory into one corpus",
+        description=(
+            "Write ROOT/corpus_description.json listing the modules of every ROOT/*/ corpus, "
+            "prefixed by its sub-directory name. The sub-corpora must agree on everything but "
+            "their modules (has_thinlto, global_command_override); otherwise nothing is written."
+        ),
+    )
+    p.add_argument("--root_dir", required=True, metavar="R", help="directory of sub-corpora")
+    p.set_defaults(func=run_combine)
+
+
+def _add_capture(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "capture",
+        help="run any C/C++ build and make a corpus of what it compiles",
+        description=(
+            "Run BUILD COMMAND (make, cmake --build, ninja, a script, ...) in the current "
+            "directory with recording compiler wrappers as $CC/$CXX and first in PATH (as cc, "
+            "gcc, clang, c++, g++, clang++). Every compile-only (-c) invocation is compiled by "
+            "the bundled clang (or --clang) for a fixed target and baseline CPU, never the "
+            "host's native one, with -Xclang -fembed-bitcode=all; links and other invocations "
+            "run with the same target. The recorded commands are saved as "
+            "compile_commands.json in the corpus, and the objects extracted. Start from a clean "
+            "build tree: objects that are already built are not compiled, so not recorded."
+        ),
+        epilog="example: mlgo corpus capture --output_dir corpus -- make -j8",
+    )
+    p.add_argument("--output_dir", required=True, metavar="D", help="corpus directory to write")
+    p.add_argument("--target", default="x86_64-linux-gnu", metavar="TRIPLE",
+                   help="target triple for every compile (default: x86_64-linux-gnu)")
+    p.add_argument("--cpu", default="baseline", metavar="CPU",
+                   help="target CPU (default: baseline, the generic CPU of the target)")
+    p.add_argument("--clang", default=None, metavar="PATH",
+                   help="compile with this clang (>= 17) instead of the bundled zig clang; "
+                   "default: $MLGO_CLANG, else the bundled one")
+    p.add_argument("--exclude", default=None, metavar="REGEX",
+                   help="skip objects whose path matches REGEX (default: CMake and autoconf "
+                   "compiler probes)")
+    p.add_argument("--num_workers", type=int, default=None, metavar="N",
+                   help="extraction worker processes (default: all cores)")
+    _add_common_output(p)
+    p.add_argument("build", nargs=argparse.REMAINDER, metavar="-- BUILD COMMAND",
+                   help="the build to run, after --")
+    p.set_defaults(func=run_capture)
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="a real corpus with no setup: zstd, brotli and lz4 at -Oz",
+        description=(
+            "Download the pinned source distributions of zstandard, brotli and lz4 from PyPI "
+            "(once; pip download), build their bundled C libraries (not the Python bindings) "
+            "through `corpus capture` at -Oz, and cache the corpus in $MLGO_CACHE_DIR or "
+            "~/.cache/pymlgo. Module names start with the package (zstd/, brotli/, lz4/). "
+            "Later calls reuse the cache at once."
+        ),
+    )
+    p.add_argument("out_dir", nargs="?", default=None, metavar="OUT_DIR",
+                   help="copy the corpus here (default: print the cache directory)")
+    p.add_argument("--no_progress", action="store_true", help="no progress messages")
+    p.set_defaults(func=run_demo)
+
+
+def _add_info(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "info",
+        help="validate a corpus and count its modules per package",
+        description="Load and validate a corpus (every module has its .bc and a -cc1 command; "
+        "names stay inside the corpus) and print its modules per package.",
+    )
+    p.add_argument("corpus", metavar="DIR", help="corpus directory")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run_info)
+
+
+# --- handlers --------------------------------------------------------------------------------
+
+
+def _guarded(name: str, body: Callable[[], int]) -> int:
+    try:
+        return body()
+    except (CorpusError, CompilerError) as exc:
+        print(f"mlgo corpus {name}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def run_extract(args: argparse.Namespace) -> int:
+    from pymlgo.corpus import extract as ex
+
+    def body() -> int:
+        if args.thinlto_build == "local":
+            if args.input is not None:
+                raise CorpusError("--thinlto_build=local takes no --input (it walks "
+                                  "--obj_base_dir)")
+            objects = ex.objects_for_local_thinlto(args.obj_base_dir or ".")
+        elif args.input is None:
+            raise CorpusError("--input is required (unless --thinlto_build=local)")
+        elif args.input_type == "json":
+            objects = ex.objects_from_compile_commands(args.input, obj_base_dir=args.obj_base_dir)
+        elif args.input_type == "params":
+            objects = ex.objects_from_params(args.input, obj_base_dir=args.obj_base_dir)
+        else:
+            objects = ex.objects_from_directory(args.input)
+        result = ex.extract_objects(
+            objects, args.output_dir, num_workers=args.num_workers,
+            obj_base_dir=args.obj_base_dir, cmd_filter=args.cmd_filter,
+            thinlto_build=args.thinlto_build, cmd_section_name=args.cmd_section_name,
+            bitcode_section_name=args.bitcode_section_name, overwrite=args.overwrite,
+            progress=not args.no_progress,
+        )
+        print(result.summary(), file=sys.stderr)
+        print(result.output_dir)
+        return 0
+
+    return _guarded("extract", body)
+
+
+def run_make(args: argparse.Namespace) -> int:
+    from pymlgo.corpus.make import make_corpus
+
+    def body() -> int:
+        names = make_corpus(args.input_dir, args.output_dir,
+                            default_args=shlex.split(args.default_args),
+                            overwrite=args.overwrite)
+        print(f"{len(names)} module(s)", file=sys.stderr)
+        print(Path(args.output_dir).absolute())
+        return 0
+
+    return _guarded("make", body)
+
+
+def run_combine(args: argparse.Namespace) -> int:
+    from pymlgo.corpus.combine import combine_corpora
+
+    def body() -> int:
+        names = combine_corpora(args.root_dir)
+        print(f"combined {len(names)} module(s) into {Path(args.root_dir).absolute()}",
+              file=sys.stderr)
+        return 0
+
+    return _guarded("combine", body)
+
+
+def _build_command(raw: Sequence[str]) -> list[str]:
+    cmd = list(raw)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    return cmd
+
+
+def run_capture(args: argparse.Namespace) -> int:
+    from pymlgo.corpus.capture import DEFAULT_EXCLUDE, capture
+
+    def body() -> int:
+        command = _build_command(args.build)
+        if not command:
+            raise CorpusError("give the build command after --, e.g. "
+                              "`mlgo corpus capture --output_dir corpus -- make -j8`")
+        result = capture(
+            command, args.output_dir, target=args.target, cpu=args.cpu, clang=args.clang,
+            num_workers=args.num_workers,
+            exclude=DEFAULT_EXCLUDE if args.exclude is None else args.exclude,
+            overwrite=args.overwrite, progress=not args.no_progress,
+        )
+        print(f"build: {result.compiles} compile(s) recorded in {result.build_seconds:.1f}s "
+              f"with clang {result.compiler.version}", file=sys.stderr)
+        print(result.extract.summary(), file=sys.stderr)
+        print(result.extract.output_dir)
+        return 0
+
+    return _guarded("capture", body)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from pymlgo.corpus.demo import ensure_demo_corpus
+
+    def body() -> int:
+        out = ensure_demo_corpus(None if args.out_dir is None else Path(args.out_dir),
+                                 progress=not args.no_progress)
+        print(out)
+        return 0
+
+    return _guarded("demo", body)
+
+
+def run_info(args: argparse.Namespace) -> int:
+    def body() -> int:
+        corpus = load_corpus(args.corpus)
+        per_package = Counter(m.package for m in corpus.modules)
+        info = {
+            "root": str(corpus.root),
+            "modules": len(corpus.modules),
+            "packages": dict(sorted(per_package.items())),
+            "has_thinlto": corpus.has_thinlto,
+            "global_command_override": corpus.global_command_override is not None,
+        }
+        if args.json:
+            print(json.dumps(info, indent=2))
+        else:
+            print(f"{corpus.root}: {len(corpus.modules)} module(s), "
+                  f"{len(per_package)} package(s)")
+            for pkg, n in sorted(per_package.items()):
+                print(f"  {pkg:30} {n}")
+        return 0
+
+    return _guarded("info", body)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m pymlgo.cli.corpus ACTION ...`: the corpus commands without the rest of mlgo."""
+    parser = argparse.ArgumentParser(prog="mlgo")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND"))
+    args = parser.parse_args(["corpus", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Capture a corpus from any C/C++ build: run it with a recording CC/CXX, then extract.
+
+The build (make, cmake, ninja, a shell script, ...) runs with wrapper scripts named `cc`,
+`c++`, `gcc`, `g++`, `clang`, `clang++` first in PATH and as $CC/$CXX. Each compile-only
+invocation is compiled by the chosen clang for a fixed target with bitcode embedded, and
+recorded; afterwards the recorded objects are extracted into a corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pymlgo.corpus import capture_wrapper
+from pymlgo.corpus.extract import ExtractResult, extract_objects, objects_from_compile_commands
+from pymlgo.corpus.format import CorpusError
+from pymlgo.toolchain.compiler import Compiler, find_compiler
+
+DEFAULT_TARGET = "x86_64-linux-gnu"
+DEFAULT_CPU = "baseline"
+EMBED_FLAGS = ("-Xclang", "-fembed-bitcode=all")
+# Objects that configure steps compile to probe the compiler; never part of the program.
+DEFAULT_EXCLUDE = r"(^|/)(CMakeFiles/CMakeScratch/|CMakeFiles/[^/]+/CompilerId|conftest)"
+_C_NAMES = ("cc", "gcc", "clang")
+_CXX_NAMES = ("c++", "g++", "clang++")
+
+
+class CaptureError(CorpusError):
+    """The build failed or recorded nothing; no corpus was written."""
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    extract: ExtractResult
+    compiles: int
+    build_seconds: float
+    compiler: Compiler
+
+
+def target_flags(compiler: Compiler, target: str, cpu: str) -> list[str]:
+    """Driver flags that pin the target and CPU.
+
+    zig's driver defaults to the host's native CPU, so it gets `-mcpu`; a stock clang with an
+    explicit `--target` already uses the generic CPU, and does not know zig's `baseline`.
+    """
+    if compiler.bundled:
+        return ["-target", target, f"-mcpu={cpu}"]
+    flags = [f"--target={target}"]
+    if cpu != DEFAULT_CPU:
+        flags.append(f"-mcpu={cpu}")
+    return flags
+
+
+def write_shims(
+    shim_dir: Path, compiler: Compiler, *, flags: Sequence[str], log: Path
+) -> dict[str, str]:
+    """Write the wrapper scripts and their config; returns the env vars the build needs."""
+    config = {
+        "drivers": {"c": list(compiler.cc_argv), "c++": list(compiler.cxx_argv)},
+        "target_flags": list(flags),
+        "embed_flags": list(EMBED_FLAGS),
+        "log": str(log),
+    }
+    config_path = shim_dir / "capture_config.json"
+    config_path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    wrapper = Path(capture_wrapper.__file__).resolve()
+    for names, lang in ((_C_NAMES, "c"), (_CXX_NAMES, "c++")):
+        # -E -S: the wrapper needs only the stdlib; skipping site and PYTHON* vars makes
+        # each of the build's many compiler invocations start faster and predictably.
+        line = shlex.join([sys.executable, "-E", "-S", str(wrapper), "--config",
+                           str(config_path), "--lang", lang, "--"])
+        for name in names:
+            script = shim_dir / name
+            script.write_text(f'#!/bin/sh\nexec {line} "$@"\n', encoding="utf-8")
+            script.chmod(0o755)
+    return {
+        "PATH": f"{shim_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "CC": str(shim_dir / "cc"),
+        "CXX": str(shim_dir / "c++"),
+    }
+
+
+def read_log(log: Path, *, exclude: str | None = DEFAULT_EXCLUDE) -> list[dict[str, Any]]:
+    """Recorded compiles as compile_commands.json entries: one per object (the last compile
+    of an object wins), in object-path order, without configure probes."""
+    if not log.exists():
+        return []
+    rx = re.compile(exclude) if exclude else None
+    by_output: dict[str, dict[str, Any]] = {}
+    for line in log.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            by_output[entry["output"]] = entry
+    return [
+        by_output[k] for k in sorted(by_output)
+        if rx is None or not rx.search(Path(k).as_posix())
+    ]
+
+
+def capture(
+    build_command: Sequence[str],
+    output_dir: str | os.PathLike[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    target: str = DEFAULT_TARGET,
+    cpu: str = DEFAULT_CPU,
+    clang: str | os.PathLike[str] | None = None,
+    num_workers: int | None = None,
+    exclude: str | None = DEFAULT_EXCLUDE,
+    overwrite: bool = False,
+    progress: bool = True,
+    build_output: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> CaptureResult:
+    """Run `build_command` in `cwd` through the recording wrappers, then extract the corpus.
+
+    Module names are object paths relative to `cwd`. `build_output` is passed to subprocess
+    as the build's stdout/stderr (None: inherit, so the user sees the build).
+    A failed build, or one that compiled nothing, raises CaptureError and writes nothing.
+    """
+    if not build_command:
+        raise CaptureError("no build command given (put it after `--`)")
+    out = Path(output_dir).absolute()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        raise CaptureError(f"output directory {out} is not empty; choose another or --overwrite")
+    workdir = Path(cwd).absolute() if cwd is not None else Path.cwd()
+    compiler = find_compiler(clang)
+    with tempfile.TemporaryDirectory(prefix="mlgo-capture-") as tmp:
+        shim_dir = Path(tmp)
+        log = shim_dir / "compiles.jsonl"
+        build_env = dict(os.environ if env is None else env)
+        build_env.update(
+            write_shims(shim_dir, compiler, flags=target_flags(compiler, target, cpu), log=log)
+        )
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(
+                list(build_command), cwd=workdir, env=build_env, stdin=subprocess.DEVNULL,
+                stdout=build_output, stderr=subprocess.STDOUT if build_output else None,
+                check=False,
+            )
+        except OSError as exc:
+            raise CaptureError(f"cannot run build command {build_command[0]!r}: {exc}") from exc
+        build_seconds = time.monotonic() - started
+        if proc.returncode != 0:
+            raise CaptureError(
+                f"build command {shlex.join(build_command)!r} failed with exit code "
+                f"{proc.returncode}; no corpus written"
+            )
+        entries = read_log(log, exclude=exclude)
+    if not entries:
+        raise CaptureError(
+            "the build ran no compile-only (-c) command through $CC/$CXX; does it use them "
+            "(or cc/gcc/clang from PATH)? Was it already built (run `make clean` first)?"
+        )
+    objects = objects_from_compile_commands(entries, obj_base_dir=workdir)
+    result = extract_objects(
+        objects, out, num_workers=num_workers, overwrite=overwrite, progress=progress,
+        extra_files={"compile_commands.json": json.dumps(entries, indent=2).encode()},
+    )
+    return CaptureResult(
+        extract=result, compiles=len(entries), build_seconds=build_seconds, compiler=compiler
+    )

@@ -1,0 +1,162 @@
+"""The CC/CXX that `mlgo corpus capture` puts in front of a build.
+
+Run by a generated shell script (`exec python -E -S capture_wrapper.py --config F --lang c --
+ARGS...`) once per compiler invocation, so it imports nothing but the standard library.
+For a compile-only (`-c`) invocation it adds the fixed target and `-Xclang
+-fembed-bitcode=all`, runs the real driver, and on success appends the command and the
+object path to a JSON-lines log (under a file lock: builds run compilers in parallel).
+Everything else (links, preprocessing, `--version` probes) gets the same target flags and is
+exec'd directly.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+# Driver options whose value is the next argument; the value is not a source file.
+_TAKES_VALUE = frozenset({
+    "-o", "-I", "-D", "-U", "-include", "-imacros", "-isystem", "-iquote", "-idirafter",
+    "-iprefix", "-iwithprefix", "-iwithprefixbefore", "-isysroot", "--sysroot", "-x", "-MF",
+    "-MT", "-MQ", "-MJ", "-Xclang", "-Xlinker", "-Xassembler", "-Xpreprocessor", "-mllvm",
+    "-L", "-l", "-target", "--target", "-arch", "-F", "-framework", "-u", "-z", "-T", "-e",
+    "-include-pch", "-aux-info", "-dependency-file", "--param", "-G", "-B", "-soname",
+    "-Xopenmp-target", "-Xcuda-ptxas", "-Xarch_host", "-Xarch_device", "-ivfsoverlay",
+})
+_SOURCE_EXTS = frozenset({
+    ".c", ".cc", ".cp", ".cpp", ".cxx", ".c++", ".C", ".CPP", ".m", ".mm", ".M", ".i", ".ii",
+    ".s", ".S", ".sx", ".asm", ".cu",
+})
+_ASM_EXTS = frozenset({".s", ".S", ".sx", ".asm"})
+# With any of these, `-c` does not produce a native object with embedded bitcode.
+_NOT_AN_OBJECT = frozenset({"-E", "-S", "-fsyntax-only", "-M", "-MM", "-emit-llvm", "-###"})
+# Flags that would pick the host's CPU or another target: the corpus has one fixed target.
+_NATIVE = frozenset({"-march=native", "-mcpu=native", "-mtune=native"})
+
+
+def expand_response_files(args: Sequence[str], cwd: Path, depth: int = 0) -> list[str]:
+    """`@file` arguments replaced by the file's arguments (only to understand the command)."""
+    out: list[str] = []
+    for arg in args:
+        if arg.startswith("@") and depth < 8:
+            try:
+                text = (cwd / arg[1:]).read_text(encoding="utf-8", errors="surrogateescape")
+            except OSError:
+                out.append(arg)
+                continue
+            out.extend(expand_response_files(shlex.split(text), cwd, depth + 1))
+        else:
+            out.append(arg)
+    return out
+
+
+def strip_target_flags(args: Sequence[str]) -> list[str]:
+    """The user's arguments without target selection and `native` CPU flags."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in ("-target", "--target"):
+            skip = True
+            continue
+        if arg.startswith(("--target=", "-target=")) or arg in _NATIVE:
+            continue
+        out.append(arg)
+    return out
+
+
+def sources_and_output(args: Sequence[str]) -> tuple[list[str], str | None, bool]:
+    """Source files, the `-o` value, and whether an explicit `-x` language was given."""
+    sources: list[str] = []
+    output: str | None = None
+    explicit_lang = False
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in _TAKES_VALUE:
+            value = args[i + 1] if i + 1 < len(args) else None
+            if arg == "-o":
+                output = value
+            elif arg == "-x" and value not in (None, "none"):
+                explicit_lang = True
+            i += 2
+            continue
+        if arg.startswith("-o") and len(arg) > 2 and not arg.startswith("-obj"):
+            output = arg[2:]
+        elif arg == "-" or not arg.startswith("-"):
+            ext = os.path.splitext(arg)[1]
+            if ext in _SOURCE_EXTS or (explicit_lang and arg != "-"):
+                sources.append(arg)
+        i += 1
+    return sources, output, explicit_lang
+
+
+def plan(
+    user_args: Sequence[str], cwd: Path, *, target_flags: Sequence[str], embed_flags: Sequence[str]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Arguments to pass to the driver, and the (source, object) pairs to log if it succeeds.
+
+    Only a compile-only invocation of non-assembly sources gets `embed_flags`; the pairs are
+    empty for anything else.
+    """
+    args = strip_target_flags(user_args)
+    seen = expand_response_files(args, cwd)
+    if "-c" not in seen or _NOT_AN_OBJECT.intersection(seen):
+        return [*target_flags, *args], []
+    sources, output, explicit_lang = sources_and_output(seen)
+    real = [s for s in sources if s != "-"]
+    if not real or all(os.path.splitext(s)[1] in _ASM_EXTS for s in real) and not explicit_lang:
+        return [*target_flags, *args], []
+    if output is not None:
+        pairs = [(real[0], output)] if len(real) == 1 else []
+    else:
+        pairs = [(s, os.path.splitext(os.path.basename(s))[0] + ".o") for s in real]
+    return [*target_flags, *embed_flags, *args], pairs
+
+
+def append_log(log: Path, entries: Sequence[dict[str, object]]) -> None:
+    """Append JSON lines under an exclusive lock, so parallel compilers never interleave."""
+    data = "".join(json.dumps(e) + "\n" for e in entries).encode()
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, data)
+    finally:
+        os.close(fd)  # also releases the lock
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) < 5 or argv[0] != "--config" or argv[2] != "--lang" or argv[4] != "--":
+        print("usage: capture_wrapper.py --config FILE --lang c|c++ -- ARGS...", file=sys.stderr)
+        return 2
+    config = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    driver: list[str] = config["drivers"][argv[3]]
+    user_args = list(argv[5:])
+    cwd = Path.cwd()
+    args, pairs = plan(
+        user_args, cwd, target_flags=config["target_flags"], embed_flags=config["embed_flags"]
+    )
+    full = [*driver, *args]
+    if not pairs:
+        os.execv(full[0], full)  # nothing to record: become the driver
+    returncode = subprocess.call(full)
+    if returncode == 0:
+        entries: list[dict[str, object]] = [
+            {"directory": str(cwd), "arguments": full, "file": src,
+             "output": str(cwd / obj)}
+            for src, obj in pairs
+        ]
+        append_log(Path(config["log"]), entries)
+    return returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,67 @@
+"""Seeded sampling of modules for training batches."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Generic, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+Rng = np.random.Generator | random.Random | int
+
+
+def _permutation(n: int, rng: np.random.Generator | random.Random) -> list[int]:
+    if isinstance(rng, random.Random):
+        order = list(range(n))
+        rng.shuffle(order)
+        return order
+    return [int(i) for i in rng.permutation(n)]
+
+
+def _as_rng(rng: Rng) -> np.random.Generator | random.Random:
+    return np.random.default_rng(rng) if isinstance(rng, int) else rng
+
+
+def sample(modules: Sequence[T], k: int, rng: Rng) -> list[T]:
+    """`k` modules drawn without replacement; past `len(modules)`, further rounds over a
+    fresh shuffle, so every module is used as evenly as possible. Same rng state, same draw.
+
+    `rng` is a numpy Generator, a random.Random, or an int seed.
+    """
+    if k < 0:
+        raise ValueError(f"cannot sample {k} modules")
+    if k and not modules:
+        raise ValueError("cannot sample from an empty module list")
+    gen = _as_rng(rng)
+    out: list[T] = []
+    while len(out) < k:
+        order = _permutation(len(modules), gen)
+        out.extend(modules[i] for i in order[: k - len(out)])
+    return out
+
+
+class Sampler(Generic[T]):
+    """Endless batches over the modules in shuffled epochs: each module is seen once per
+    epoch before any is seen again (batches may span an epoch boundary)."""
+
+    def __init__(self, modules: Sequence[T], seed: int | np.random.Generator | random.Random):
+        if not modules:
+            raise ValueError("cannot sample from an empty module list")
+        self._modules = list(modules)
+        self._rng = _as_rng(seed)
+        self._queue: list[T] = []
+        self.epoch = 0
+
+    def batch(self, k: int) -> list[T]:
+        out: list[T] = []
+        while len(out) < k:
+            if not self._queue:
+                self._queue = [self._modules[i] for i in _permutation(len(self._modules),
+                                                                      self._rng)]
+                self.epoch += 1
+            take = min(k - len(out), len(self._queue))
+            out.extend(self._queue[:take])
+            del self._queue[:take]
+        return out

@@ -1,0 +1,148 @@
+"""Splits and sampling: deterministic for a seed, disjoint, and by package when asked."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pymlgo.corpus.format import Corpus, CorpusError, Module
+from pymlgo.corpus.sample import Sampler, sample
+from pymlgo.corpus.split import Split, split_by_module, split_by_package
+
+# Package sizes like a real corpus: a few big libraries and some small ones.
+SIZES = {"zstd": 28, "brotli": 31, "lz4": 4, "zlib": 12, "sqlite": 3, "xz": 9, "bzip2": 6}
+
+
+def corpus_of(sizes: dict[str, int], *, reverse: bool = False) -> Corpus:
+    names = [f"{pkg}/src/m{i}" for pkg, n in sizes.items() for i in range(n)]
+    if reverse:
+        names.reverse()
+    modules = tuple(Module(name=n, bc_path=Path(f"/c/{n}.bc"), cmd=("-cc1",)) for n in names)
+    return Corpus(root=Path("/c"), modules=modules)
+
+
+CORPUS = corpus_of(SIZES)
+
+
+def parts(split: Split) -> list[set[str]]:
+    return [set(split.train), set(split.validation), set(split.heldout)]
+
+
+def assert_partition(split: Split, corpus: Corpus) -> None:
+    train, val, held = parts(split)
+    assert not (train & val or train & held or val & held)
+    assert train | val | held == set(corpus.names)
+
+
+@pytest.mark.parametrize("splitter", [split_by_module, split_by_package])
+def test_a_split_is_a_partition_and_the_same_for_the_same_seed(splitter) -> None:
+    a = splitter(CORPUS, seed=7)
+    b = splitter(CORPUS, seed=7)
+
+    assert a == b
+    assert_partition(a, CORPUS)
+    assert a.train and a.validation and a.heldout
+
+
+@pytest.mark.parametrize("splitter", [split_by_module, split_by_package])
+def test_a_split_ignores_the_listing_order_of_the_corpus(splitter) -> None:
+    assert splitter(CORPUS, seed=3) == splitter(corpus_of(SIZES, reverse=True), seed=3)
+
+
+@pytest.mark.parametrize("splitter", [split_by_module, split_by_package])
+def test_different_seeds_give_different_splits(splitter) -> None:
+    splits = {splitter(CORPUS, seed=s).heldout for s in range(10)}
+    assert len(splits) > 1
+
+
+def test_by_package_held_out_shares_no_package_with_train_or_validation() -> None:
+    for seed in range(20):
+        split = split_by_package(CORPUS, seed=seed, validation=0.1, heldout=0.2)
+        pkg = lambda names: {n.split("/")[0] for n in names}  # noqa: E731
+        assert not pkg(split.heldout) & pkg(split.train)
+        assert not pkg(split.heldout) & pkg(split.validation)
+        assert_partition(split, CORPUS)
+
+
+def test_by_package_held_out_size_is_near_the_fraction() -> None:
+    sizes = [len(split_by_package(CORPUS, seed=s, heldout=0.2).heldout) for s in range(30)]
+    target = 0.2 * len(CORPUS)
+    # Whole packages only, so not exact; but never nothing and never almost everything.
+    assert all(0 < n < len(CORPUS) / 2 for n in sizes)
+    assert abs(float(np.mean(sizes)) - target) < target
+
+
+def test_named_held_out_packages_are_exactly_held_out() -> None:
+    split = split_by_package(CORPUS, seed=0, heldout_packages=["lz4", "sqlite"])
+
+    assert {n.split("/")[0] for n in split.heldout} == {"lz4", "sqlite"}
+    assert len(split.heldout) == SIZES["lz4"] + SIZES["sqlite"]
+    with pytest.raises(CorpusError, match="not in the corpus: gzip"):
+        split_by_package(CORPUS, seed=0, heldout_packages=["gzip"])
+    with pytest.raises(CorpusError, match="every package is held out"):
+        split_by_package(CORPUS, seed=0, heldout_packages=list(SIZES))
+
+
+def test_validation_can_also_be_whole_packages() -> None:
+    split = split_by_package(CORPUS, seed=5, validation=0.15, validation_by="package")
+    pkg = lambda names: {n.split("/")[0] for n in names}  # noqa: E731
+
+    assert pkg(split.validation) and not pkg(split.validation) & pkg(split.train)
+    assert not pkg(split.validation) & pkg(split.heldout)
+
+
+def test_by_module_sizes_are_the_rounded_fractions() -> None:
+    split = split_by_module(CORPUS, seed=1, validation=0.1, heldout=0.25)
+    n = len(CORPUS)
+    assert len(split.validation) == round(0.1 * n)
+    assert len(split.heldout) == round(0.25 * n)
+    assert len(split.train) == n - round(0.1 * n) - round(0.25 * n)
+    assert list(split.train) == sorted(split.train)
+
+
+def test_a_single_package_corpus_cannot_be_split_by_package() -> None:
+    with pytest.raises(CorpusError, match="at least 2 packages"):
+        split_by_package(corpus_of({"only": 10}), seed=0)
+
+
+def test_impossible_fractions_are_refused() -> None:
+    for validation, heldout in ((0.6, 0.5), (-0.1, 0.1), (0.0, 1.0)):
+        with pytest.raises(CorpusError, match="fractions"):
+            split_by_module(CORPUS, seed=0, validation=validation, heldout=heldout)
+
+
+# --- sampling ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make_rng", [lambda: np.random.default_rng(11),
+                                      lambda: random.Random(11), lambda: 11])
+def test_sample_is_reproducible_for_a_seeded_rng(make_rng) -> None:
+    names = list(CORPUS.names)
+    a, b = sample(names, 10, make_rng()), sample(names, 10, make_rng())
+
+    assert a == b
+    assert len(set(a)) == 10  # without replacement
+
+
+def test_sample_more_than_the_corpus_uses_every_module_evenly() -> None:
+    names = ["a", "b", "c"]
+    drawn = sample(names, 7, np.random.default_rng(0))
+    assert sorted(drawn[:3]) == names and sorted(drawn[3:6]) == names
+    assert len(drawn) == 7
+    assert sample(names, 0, 0) == []
+
+
+def test_sampler_sees_every_module_once_per_epoch() -> None:
+    names = list(CORPUS.names)
+    sampler = Sampler(names, seed=4)
+    first = sampler.batch(50) + sampler.batch(len(names) - 50)
+
+    assert sorted(first) == sorted(names)
+    assert sampler.epoch == 1
+    again = Sampler(names, seed=4)
+    assert again.batch(len(names)) == first
+    sampler.batch(1)
+    assert sampler.epoch == 2
