@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from types import TracebackType
+from typing import Protocol, TypeVar
 
 from pymlgo.corpus.command import FlagEdits
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy
+
+CUT_ERROR = "cut: straggler"
+"""`ModuleResult.error` of a module still compiling (or queued) when a run was cut."""
+
+_E = TypeVar("_E", bound="ExecutorBase")
+
+LOST_ERROR = "lost: worker died"
+"""Prefix of `ModuleResult.error` for a module whose every attempt lost its worker."""
+
+DEFAULT_MAX_RETRIES = 2  # a job that kills its worker three times is reported, not retried
+
+
+class ExecutorError(RuntimeError):
+    """The executor itself cannot run: workers fail to start, a pool is gone, Ray is missing."""
 
 
 @dataclass(frozen=True)
@@ -29,12 +46,91 @@ class Executor(Protocol):
     """Runs compile jobs somewhere; results come back as they complete.
 
     Every submitted job yields exactly one ModuleResult (success or `error`), unless the
-    caller stops iterating, which cancels what has not started.
+    caller stops iterating, which cancels what has not finished. A worker that dies takes
+    its job elsewhere (bounded retries, then an `error` starting with LOST_ERROR).
+    Straggler cut: once `min_fraction` of the jobs are done, wait at most
+    `straggler_grace_s` more, then report every unfinished job with error CUT_ERROR.
+    An exception raised by the compile code itself (a policy that cannot run on this
+    compiler) is not a module failure: it propagates out of `run`.
     """
 
     @property
     def num_workers(self) -> int: ...
 
-    def run(self, spec: WorkSpec, jobs: Sequence[CompileJob]) -> Iterator[ModuleResult]: ...
+    def run(
+        self,
+        spec: WorkSpec,
+        jobs: Sequence[CompileJob],
+        *,
+        min_fraction: float | None = None,
+        straggler_grace_s: float = 0.0,
+    ) -> Iterator[ModuleResult]: ...
 
     def close(self) -> None: ...
+
+    def __enter__(self) -> Executor: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+class ExecutorBase:
+    """Context-manager plumbing shared by the executors."""
+
+    def close(self) -> None:  # pragma: no cover - every executor overrides it
+        raise NotImplementedError
+
+    def __enter__(self: _E) -> _E:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class StragglerCut:
+    """When to stop waiting: `min_fraction` of `total` done, then `grace_s` more at most."""
+
+    def __init__(self, total: int, min_fraction: float | None, grace_s: float = 0.0) -> None:
+        if min_fraction is not None and not 0.0 < min_fraction <= 1.0:
+            raise ValueError(f"min_fraction must be in (0, 1], got {min_fraction}")
+        if grace_s < 0:
+            raise ValueError(f"straggler_grace_s must be >= 0, got {grace_s}")
+        self.need = None if min_fraction is None else math.ceil(min_fraction * total)
+        self.grace_s = grace_s
+        self.done = 0
+        self.deadline: float | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        if self.need is not None and self.deadline is None and self.done >= self.need:
+            self.deadline = time.monotonic() + self.grace_s
+
+    def record_done(self) -> None:
+        self.done += 1
+        self._arm()
+
+    def timeout(self, cap: float) -> float:
+        """How long the caller may block waiting for results before checking `expired`."""
+        if self.deadline is None:
+            return cap
+        return max(0.0, min(cap, self.deadline - time.monotonic()))
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+def cut_result(job_module: str) -> ModuleResult:
+    return ModuleResult(job_module, None, error=CUT_ERROR)
+
+
+def lost_result(job_module: str, attempts: int) -> ModuleResult:
+    return ModuleResult(job_module, None, error=f"{LOST_ERROR} on each of {attempts} attempts")

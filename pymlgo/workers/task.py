@@ -8,6 +8,8 @@ from pymlgo.problems.base import CompileJob, ModuleResult
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 from pymlgo.workers.protocol import WorkSpec
 
+PROBLEMS = ("inlining", "regalloc")
+
 
 @functools.lru_cache(maxsize=8)
 def compiler_for(clang: str | None) -> Compiler:
@@ -25,4 +27,8 @@ def execute(spec: WorkSpec, job: CompileJob) -> ModuleResult:
         return inl.compile_with_policy(
             compiler, job, spec.policy, timeout=spec.timeout, record=spec.record, edits=spec.edits
         )
-    raise ValueError(f"unknown problem {spec.problem!r}")
+    if spec.problem == "regalloc":
+        from pymlgo.problems.regalloc import compile as ra
+
+        return ra.execute(compiler, spec, job)
+    raise ValueError(f"unknown problem {spec.problem!r}: expected one of {', '.join(PROBLEMS)}")

@@ -1,0 +1,186 @@
+"""The Ray backend on a real Ray cluster that this module starts on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pymlgo.problems.inlining.policies import builtin_policy
+from pymlgo.workers import CUT_ERROR, LOST_ERROR, WorkSpec, make_executor
+from pymlgo.workers.local import LocalPool
+from pymlgo.workers.ray_backend import RayExecutor
+from pymlgo.workers.testing import CrashPolicy, SlowPolicy
+from tests.workers_support import POLICIES, outcome, processes_mentioning, spec_for, wait_until
+
+pytest_plugins = ("tests.workers_fixtures",)  # fixtures: worker_jobs, reference
+
+pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
+
+
+# A single-machine test cluster: listen on loopback only (Ray's default is the address
+# other machines reach), no token auth between local processes, no usage reports.
+LOCAL_RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stop_processes_mentioning(path: Path) -> None:
+    for pid in processes_mentioning(path):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """`ray start --head` on 127.0.0.1 with 2 CPUs; yields (ray:// address, scratch dir).
+
+    The cluster's processes get their own TMPDIR, so the compiles of its actors, and any
+    compiler a killed actor leaves behind, are found under that dir."""
+    root = Path(tempfile_root := tmp_path_factory.mktemp("ray"))
+    scratch = root / "scratch"
+    scratch.mkdir()
+    ray_tmp = Path(f"/tmp/rmlgo-{os.getpid()}")  # short: Ray puts unix sockets in here
+    client_port = free_port()
+    env = {
+        **os.environ,
+        **LOCAL_RAY_ENV,
+        "TMPDIR": str(scratch),
+        "PYTHONPATH": "",  # the cluster gets pymlgo only from the driver, as runtime_env
+    }
+    head = subprocess.Popen(
+        ["ray", "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+         "--port", str(free_port()), "--ray-client-server-port", str(client_port),
+         "--dashboard-agent-listen-port", str(free_port()), "--num-cpus", "2",
+         "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(ray_tmp)],
+        env=env, cwd=tempfile_root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    mp = pytest.MonkeyPatch()
+    for var in ("RAY_AUTH_MODE",):  # the driver must agree with the cluster
+        mp.setenv(var, LOCAL_RAY_ENV[var])
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert head.poll() is None, "ray start failed"
+            try:
+                socket.create_connection(("127.0.0.1", client_port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "Ray client server did not come up"
+                time.sleep(0.5)
+        yield f"ray://127.0.0.1:{client_port}", scratch
+    finally:
+        mp.undo()
+        head.send_signal(signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+        stop_processes_mentioning(ray_tmp)
+        subprocess.run(["rm", "-rf", str(ray_tmp)], check=False)
+
+
+@pytest.fixture(scope="module")
+def ray_ex(ray_cluster):  # type: ignore[no-untyped-def]
+    """One executor on the cluster for the whole module, attached as users do."""
+    address, _ = ray_cluster
+    with make_executor(address) as ex:
+        assert isinstance(ex, RayExecutor) and ex.num_workers == 2
+        ex.wait_ready()
+        yield ex
+
+
+@pytest.fixture(scope="module")
+def local_pool():  # type: ignore[no-untyped-def]
+    with LocalPool(2) as pool:
+        yield pool
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_ray_results_equal_the_local_pool_byte_for_byte(ray_ex, local_pool, worker_jobs,
+                                                        reference, policy):
+    spec = WorkSpec(policy=builtin_policy(policy), record=True)
+    on_ray = {r.module: r for r in ray_ex.run(spec, worker_jobs)}
+    local = {r.module: r for r in local_pool.run(spec, worker_jobs)}
+    assert outcome(on_ray.values()) == outcome(local.values()) == reference[policy]
+    for module, r in on_ray.items():
+        assert (r.trajectory is None) == (local[module].trajectory is None)
+        if r.trajectory is not None:
+            assert np.array_equal(r.trajectory.advice, local[module].trajectory.advice)
+
+
+def test_an_actor_killed_mid_compile_has_its_job_retried(ray_ex, ray_cluster, worker_jobs,
+                                                         reference):
+    _, scratch = ray_cluster
+    spec = WorkSpec(policy=SlowPolicy(builtin_policy("default"), 0.5))
+    before = ray_ex.stats()["retries"]
+    results, killed = [], []
+    for r in ray_ex.run(spec, worker_jobs):
+        results.append(r)
+        if not killed:
+            pid = next(iter(ray_ex.busy()))
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    assert outcome(results) == reference["default"]  # none lost, none twice
+    assert ray_ex.stats()["retries"] > before
+    assert killed[0] not in ray_ex.worker_pids()
+    # the executor goes on; the dead actor's compiler is cleaned up on its node
+    assert outcome(ray_ex.run(spec_for("never"), worker_jobs)) == reference["never"]
+    wait_until(lambda: processes_mentioning(scratch) == [], 30, "stray compilers reaped")
+
+
+def test_a_job_that_keeps_killing_actors_ends_as_an_error(ray_ex, worker_jobs, reference,
+                                                          monkeypatch):
+    monkeypatch.setattr(ray_ex, "max_retries", 1)
+    doomed = worker_jobs[2].module
+    spec = WorkSpec(policy=CrashPolicy(builtin_policy("default"), (doomed,)))
+    results = {r.module: r for r in ray_ex.run(spec, worker_jobs)}
+    assert results.pop(doomed).error.startswith(LOST_ERROR)
+    assert outcome(results.values()) == {m: v for m, v in reference["default"].items()
+                                         if m != doomed}
+
+
+def test_a_straggler_is_cut_without_blocking_the_run(ray_ex, worker_jobs):
+    straggler = worker_jobs[0].module
+    spec = WorkSpec(policy=SlowPolicy(builtin_policy("default"), 60.0, (straggler,)))
+    started = time.monotonic()
+    results = {r.module: r for r in ray_ex.run(spec, worker_jobs, min_fraction=0.75,
+                                               straggler_grace_s=0.5)}
+    assert time.monotonic() - started < 30
+    assert results[straggler].error == CUT_ERROR
+    assert sum(r.ok for r in results.values()) == len(worker_jobs) - 1
+
+
+def test_asking_for_more_workers_than_the_cluster_has_cpus_is_an_error(ray_ex):
+    from pymlgo.workers import ExecutorError
+
+    with pytest.raises(ExecutorError, match="2 CPUs"):
+        RayExecutor("ray://unused:1", 3)  # already connected: the address is not redialled
+
+
+def test_module_bytes_are_put_in_the_object_store_once_across_runs(ray_ex, worker_jobs):
+    list(ray_ex.run(spec_for("never"), worker_jobs))
+    refs = dict(ray_ex._job_refs)
+    list(ray_ex.run(spec_for("default"), worker_jobs))
+    assert ray_ex._job_refs == refs and len(refs) == len(worker_jobs)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-v"]))
