@@ -1,0 +1,131 @@
+"""`mlgo trace`: compile a corpus with a policy and write its decisions as training logs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pymlgo.cli import common
+from pymlgo.evaluate.eval import corpus_jobs
+from pymlgo.evaluate.trace import TraceSummary, trace_corpus
+from pymlgo.policy.store import load_policy
+from pymlgo.protocol.features import FeatureMismatchError
+from pymlgo.toolchain.compiler import CompilerError, find_compiler
+from pymlgo.workers.protocol import Executor, ExecutorError, WorkSpec
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "trace",
+        help="record every inlining decision of a policy on a corpus as training logs",
+        description=(
+            "Compile every module of a corpus at -Oz with POLICY answering clang's inliner, "
+            "and write one trajectory per module in LLVM's training-log format: "
+            "OUTPUT_DIR/<module>.log (the compiler's features plus the decision as "
+            "'inlining_decision'; every observation followed by the module's reward "
+            "1 - policy_bytes/baseline_bytes, baseline = plain -Oz), OUTPUT_DIR/sizes.csv "
+            "and OUTPUT_DIR/trace.json. OUTPUT_DIR appears only once complete. "
+            "Typical use: `mlgo trace --policy default` for behaviour cloning, then "
+            "`mlgo vocab` on the result."
+        ),
+    )
+    common.add_corpus_arg(p)
+    p.add_argument(
+        "--policy",
+        default="default",
+        help="default (clang's heuristic through the channel), never, always, "
+        "random:P[:SEED], pretrained:NAME, or a saved policy directory (default: default)",
+    )
+    p.add_argument(
+        "--output_dir",
+        "--output-dir",
+        dest="output_dir",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="trace directory to create",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace OUTPUT_DIR if it exists (only once the new trace is complete)",
+    )
+    p.add_argument(
+        "--problem",
+        default="inlining",
+        choices=["inlining"],
+        help="which optimization the policy drives (default: inlining)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for stochastic policies")
+    common.add_worker_args(p)
+    common.add_compiler_args(p)
+    p.set_defaults(func=run)
+
+
+def _executor(cluster: str | None, workers: int | None) -> Executor:
+    # Imported here so that `mlgo trace --help` does not load the worker backends.
+    from pymlgo.workers import make_executor
+
+    return make_executor(cluster, workers)
+
+
+def format_summary(summary: TraceSummary) -> str:
+    traced = summary.traced
+    lines = [
+        f"traced {len(traced)} of {len(summary.rows)} module(s) with {summary.policy}: "
+        f"{sum(r.decisions for r in traced)} decisions -> {summary.directory}"
+    ]
+    base = sum(r.baseline_bytes or 0 for r in traced)
+    if base:
+        pol = sum(r.policy_bytes or 0 for r in traced)
+        change = (pol / base - 1) * 100
+        lines.append(f".text: -Oz {base} bytes, policy {pol} bytes ({change:+.2f}%)")
+    lines += [f"failed: {r.module}: {(r.error or '')[:160]}" for r in summary.rows if r.error]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        compiler = find_compiler(args.clang)
+        policy = load_policy(args.policy, problem=args.problem, seed=args.seed)
+        corpus = common.resolve_corpus(args.corpus)
+    except (CompilerError, ValueError, OSError) as exc:
+        print(f"mlgo trace: {exc}", file=sys.stderr)
+        return 2
+    jobs = corpus_jobs(corpus)
+    spec = WorkSpec(
+        problem=args.problem,
+        clang=None if compiler.bundled else str(compiler.path),
+        timeout=args.timeout,
+    )
+    metadata = {"policy_spec": args.policy, "seed": args.seed, "corpus": str(args.corpus)}
+    bar, on_result = common.progress(2 * len(jobs), f"trace {policy.name}")
+    try:
+        # None lets the backend choose (all local cores; a shared pool's own size).
+        workers = None if args.workers is None else common.default_workers(args.workers)
+        with _executor(args.cluster, workers) as executor:
+            summary = trace_corpus(
+                executor,
+                compiler,
+                jobs,
+                policy,
+                args.output_dir,
+                spec=spec,
+                overwrite=args.overwrite,
+                metadata=metadata,
+                on_result=on_result,
+            )
+    except FeatureMismatchError as exc:
+        print(
+            f"mlgo trace: policy {policy.name!r} cannot run on {compiler.path}: {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    except (FileExistsError, ValueError, ExecutorError) as exc:
+        print(f"mlgo trace: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        bar.close()
+    print(format_summary(summary))
+    return 0 if summary.traced else 1

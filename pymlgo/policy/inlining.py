@@ -1,0 +1,149 @@
+"""The learned inlining policy: quantile-normalized features -> MLP -> logit of P(inline).
+
+Runs in compile workers with numpy only. The per-decision path (`for_module`) is tuned for
+one call site at a time: boundaries are bisected as Python lists (a numpy call per feature
+would cost more than the whole network), then the network runs on one float32 row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import re
+from bisect import bisect_right
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pymlgo.policy.mlp import MLPParams
+from pymlgo.policy.vocab import Vocab
+from pymlgo.problems.inlining.policies import module_seed
+
+PROBLEM = "inlining"
+VERSION_MAJOR, VERSION_MINOR = 1, 0
+CURRENT_VERSION = f"{PROBLEM}-{VERSION_MAJOR}.{VERSION_MINOR}"
+_VERSION_RE = re.compile(r"(?P<problem>[a-z_]+)-(?P<major>\d+)\.(?P<minor>\d+)")
+
+
+def parse_version(version: str) -> tuple[str, int, int]:
+    """`inlining-1.0` -> ("inlining", 1, 0); ValueError if malformed."""
+    m = _VERSION_RE.fullmatch(version)
+    if not m:
+        raise ValueError(f"policy version {version!r} is not PROBLEM-MAJOR.MINOR")
+    return m["problem"], int(m["major"]), int(m["minor"])
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    """Overflow-free logistic function (float32 in, float32 out)."""
+    z = np.asarray(z, dtype=np.float32)
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(np.float32)
+
+
+def _sigmoid1(z: float) -> float:
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: holds arrays; identity equality is enough
+class InliningPolicy:
+    """Implements `problems.base.Policy`: inline when P(inline) >= 0.5 (greedy), or with
+    probability P(inline) (sampling, for exploration) from a per-module seeded stream."""
+
+    vocab: Vocab
+    params: MLPParams
+    hidden: tuple[int, ...] = (40, 40, 20)
+    version: str = CURRENT_VERSION  # inlining-MAJOR.MINOR
+    sample: bool = False  # False: greedy (p >= 0.5); True: sample with a seeded rng
+    seed: int = 0
+    hyperparameters: Mapping[str, object] = field(default_factory=dict)
+    name: str = "mlp"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        problem, _, _ = parse_version(self.version)
+        if problem != PROBLEM:
+            raise ValueError(f"policy version {self.version!r} is not an {PROBLEM} policy")
+        if self.params.hidden != self.hidden:
+            raise ValueError(
+                f"params have hidden sizes {self.params.hidden}, policy says {self.hidden}"
+            )
+        if self.params.input_dim != self.vocab.input_dim:
+            raise ValueError(
+                f"params take {self.params.input_dim} inputs, the vocab gives "
+                f"{self.vocab.input_dim} ({len(self.vocab.features)} features"
+                f"{', with squares' if self.vocab.with_square else ''})"
+            )
+
+    @property
+    def required_features(self) -> tuple[str, ...]:
+        return self.vocab.features
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        """Raw feature matrix (n, f), columns in `required_features` order -> (n,) logits."""
+        return self.params.forward(self.vocab.normalize(x))
+
+    def probabilities(self, x: np.ndarray) -> np.ndarray:
+        """Raw feature matrix (n, f) -> (n,) P(inline), float32."""
+        return sigmoid(self.logits(x))
+
+    def for_module(self, module: str) -> Callable[[Mapping[str, np.ndarray]], int]:
+        logit = _row_logit_fn(self.vocab, self.params)
+        if not self.sample:
+            # p >= 0.5 exactly when the logit is >= 0; no exp needed.
+            return lambda features: int(logit(features) >= 0.0)
+        rng = random.Random(module_seed(self.seed, module))
+        draw = rng.random
+
+        def decide(features: Mapping[str, np.ndarray]) -> int:
+            return int(draw() < _sigmoid1(logit(features)))
+
+        return decide
+
+    def with_params(self, params: MLPParams) -> InliningPolicy:
+        return dataclasses.replace(self, params=params)
+
+    def sampling(self, seed: int) -> InliningPolicy:
+        return dataclasses.replace(self, sample=True, seed=seed)
+
+    def greedy(self) -> InliningPolicy:
+        return dataclasses.replace(self, sample=False)
+
+
+def _row_logit_fn(vocab: Vocab, params: MLPParams) -> Callable[[Mapping[str, np.ndarray]], float]:
+    """One decision's logit from its feature tensors.
+
+    Gives the same float32 inputs as `vocab.normalize`, so greedy decisions match
+    `probabilities() >= 0.5` up to matmul rounding (logits within ~1e-6 of 0). Not
+    thread-safe: the input row buffer is reused (one module's decisions come one by one).
+    """
+    table = [
+        (name, b.tolist(), b.size) for name, b in zip(vocab.features, vocab.boundaries, strict=True)
+    ]
+    nf = len(table)
+    buf = np.zeros(vocab.input_dim, dtype=np.float32)
+    values, squares = buf[:nf], buf[nf:]
+    with_square = vocab.with_square
+    hidden = list(zip(params.weights[:-1], params.biases[:-1], strict=True))
+    w_out, b_out = params.weights[-1][:, 0], params.biases[-1][0]  # float32, like forward()
+    dot, relu = np.dot, np.maximum
+
+    def logit(features: Mapping[str, np.ndarray]) -> float:
+        # float(): bisecting a float list with a float is ~1.5x faster than with an int.
+        values[:] = [
+            bisect_right(b, float(features[name].item())) / k if k else 0.0 for name, b, k in table
+        ]
+        if with_square:
+            np.multiply(values, values, out=squares)
+        h = buf
+        for w, b in hidden:
+            h = dot(h, w)
+            h += b
+            relu(h, 0.0, out=h)
+        return float(dot(h, w_out) + b_out)
+
+    return logit

@@ -1,0 +1,103 @@
+"""The policy network as plain numpy arrays: a ReLU MLP ending in one logit.
+
+Training code (torch) converts to and from `MLPParams`; compile workers only ever run the
+numpy forward pass here, so they never need torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: ndarray fields make generated __eq__ raise
+class MLPParams:
+    weights: tuple[np.ndarray, ...]  # float32, shapes (in, h1), (h1, h2), ..., (hk, 1)
+    biases: tuple[np.ndarray, ...]  # float32, shapes (h1,), ..., (1,)
+
+    def __post_init__(self) -> None:
+        if not self.weights or len(self.weights) != len(self.biases):
+            raise ValueError(
+                f"an MLP needs >= 1 layer and one bias per weight matrix, got "
+                f"{len(self.weights)} weights and {len(self.biases)} biases"
+            )
+        weights, biases = [], []
+        prev: int | None = None
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            # Copy to owned, read-only float32: a frozen policy shared by workers stays put.
+            w = np.array(w, dtype=np.float32)
+            b = np.array(b, dtype=np.float32).reshape(-1)
+            if w.ndim != 2 or (prev is not None and w.shape[0] != prev) or b.shape != (w.shape[1],):
+                raise ValueError(
+                    f"layer {i}: weight {w.shape} / bias {b.shape} do not chain "
+                    f"(previous layer width {prev})"
+                )
+            w.flags.writeable = b.flags.writeable = False
+            weights.append(w)
+            biases.append(b)
+            prev = w.shape[1]
+        if prev != 1:
+            raise ValueError(f"the last layer must have 1 output (a logit), has {prev}")
+        object.__setattr__(self, "weights", tuple(weights))
+        object.__setattr__(self, "biases", tuple(biases))
+
+    @property
+    def input_dim(self) -> int:
+        return int(self.weights[0].shape[0])
+
+    @property
+    def hidden(self) -> tuple[int, ...]:
+        return tuple(int(w.shape[1]) for w in self.weights[:-1])
+
+    @property
+    def size(self) -> int:
+        """Number of parameters (length of `flat()`)."""
+        return sum(w.size + b.size for w, b in zip(self.weights, self.biases, strict=True))
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """(n, in) inputs -> (n,) float32 logits; ReLU between layers, none on the output."""
+        h = np.asarray(x, dtype=np.float32)
+        if h.ndim != 2 or h.shape[1] != self.input_dim:
+            raise ValueError(f"expected inputs of shape (n, {self.input_dim}), got {h.shape}")
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            h = h @ w + b
+            if i < last:
+                np.maximum(h, 0.0, out=h)
+        return h[:, 0]
+
+    def flat(self) -> np.ndarray:
+        """All parameters as one float32 vector: per layer, the weight (row-major) then the
+        bias. `with_flat` inverts it (ES perturbs this vector)."""
+        parts = [
+            p.reshape(-1) for w, b in zip(self.weights, self.biases, strict=True) for p in (w, b)
+        ]
+        return np.concatenate(parts).astype(np.float32, copy=False)
+
+    def with_flat(self, v: np.ndarray) -> MLPParams:
+        v = np.asarray(v, dtype=np.float32).reshape(-1)
+        if v.size != self.size:
+            raise ValueError(f"flat vector has {v.size} values, the MLP has {self.size}")
+        weights, biases, at = [], [], 0
+        for w, b in zip(self.weights, self.biases, strict=True):
+            weights.append(v[at : at + w.size].reshape(w.shape))
+            at += w.size
+            biases.append(v[at : at + b.size])
+            at += b.size
+        return MLPParams(tuple(weights), tuple(biases))
+
+
+def init_mlp(input_dim: int, hidden: Sequence[int], rng: np.random.Generator) -> MLPParams:
+    """Glorot-uniform weights (Keras' default, which MLGO's TF-Agents networks use), zero
+    biases; the output layer gives one logit."""
+    dims = [int(input_dim), *(int(h) for h in hidden), 1]
+    if any(d < 1 for d in dims):
+        raise ValueError(f"layer widths must be >= 1, got {dims}")
+    weights, biases = [], []
+    for fan_in, fan_out in zip(dims[:-1], dims[1:], strict=True):
+        limit = np.sqrt(6.0 / (fan_in + fan_out))
+        weights.append(rng.uniform(-limit, limit, size=(fan_in, fan_out)).astype(np.float32))
+        biases.append(np.zeros(fan_out, dtype=np.float32))
+    return MLPParams(tuple(weights), tuple(biases))

@@ -1,0 +1,312 @@
+"""The learned eviction policy: one small network scores every column, masked softmax picks.
+
+As in MLGO's regalloc network, the same network is applied to each column (each
+interfering register, the last column being the candidate itself, "evict nothing"), the
+scores of columns with `mask == 0` are removed, and a softmax over the rest is the
+distribution over which column to evict. Numpy only: compile workers never import torch.
+
+Per-column inputs (`encode`): the 14 float features (LLVM divides each by its largest
+value in the decision, so they are in [0, 1]; an infinite spill weight turns into NaN and
+is flagged), their square roots (MLGO's `with_sqrt`), the three 0/1 flags, one-hot
+stages, `progress` (broadcast), whether the column is the candidate, and three columns
+from hand-written rules: the stock rule's pick (`heuristic_choice`), "lighter than the
+candidate", and the simpler `lightest_choice` pick. The score
+is `mlp(x) + skip . x`; at initialization the skip term puts a large weight on the stock
+rule's pick, so the untrained policy behaves like it and training learns the deviations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pymlgo.policy.mlp import MLPParams, init_mlp
+from pymlgo.policy.vocab import write_atomic
+from pymlgo.problems.base import Policy
+from pymlgo.problems.inlining.policies import module_seed
+from pymlgo.problems.regalloc.advice import MASK_FEATURE, Advisor
+from pymlgo.problems.regalloc.policies import (
+    HEURISTIC_FEATURES,
+    builtin_policy,
+    heuristic_choice,
+    heuristic_weights,
+    lightest_choice,
+)
+
+PROBLEM = "regalloc"
+VERSION_MAJOR, VERSION_MINOR = 1, 0
+CURRENT_VERSION = f"{PROBLEM}-{VERSION_MAJOR}.{VERSION_MINOR}"
+POLICY_FILE = "policy.json"
+POLICY_FORMAT = "pymlgo-regalloc-policy"
+
+FLOAT_FEATURES = (
+    "nr_urgent", "nr_broken_hints", "nr_rematerializable", "nr_defs_and_uses",
+    "weighed_reads_by_max", "weighed_writes_by_max", "weighed_read_writes_by_max",
+    "weighed_indvars_by_max", "hint_weights_by_max", "start_bb_freq_by_max",
+    "end_bb_freq_by_max", "hottest_bb_freq_by_max", "liverange_size", "use_def_density",
+)  # fmt: skip
+FLAG_FEATURES = ("is_free", "is_hint", "is_local")
+STAGE_FEATURES = ("max_stage", "min_stage")
+NUM_STAGES = 7  # LiveRangeStage: New, Assign, Split, Split2, Spill, Memory, Done
+PROGRESS = "progress"
+REQUIRED_FEATURES = tuple(dict.fromkeys(
+    (MASK_FEATURE, *FLOAT_FEATURES, *FLAG_FEATURES, *STAGE_FEATURES, PROGRESS,
+     *HEURISTIC_FEATURES)))
+
+INPUT_NAMES = (
+    *FLOAT_FEATURES,
+    *(f"sqrt({n})" for n in FLOAT_FEATURES),
+    *FLAG_FEATURES,
+    *(f"{n}=={k}" for n in STAGE_FEATURES for k in range(NUM_STAGES)),
+    PROGRESS, "is_candidate", "non_finite", "heuristic_choice", "lighter_than_candidate",
+    "lightest_choice",
+)  # fmt: skip
+INPUT_DIM = len(INPUT_NAMES)
+HEURISTIC_INPUT = INPUT_NAMES.index("heuristic_choice")
+HEURISTIC_PRIOR = 2.0  # skip weight on the stock rule's pick at initialization
+OUTPUT_INIT_SCALE = 0.1  # MLGO's logits_init_output_factor: small initial MLP scores
+DEFAULT_HIDDEN = (16,)
+_VERSION_RE = re.compile(r"(?P<problem>[a-z_]+)-(?P<major>\d+)\.(?P<minor>\d+)")
+
+
+class RegallocPolicyError(ValueError):
+    """A saved regalloc policy cannot be used; the message says why."""
+
+
+_EYE = np.eye(NUM_STAGES, dtype=np.float32)
+_F = len(FLOAT_FEATURES)
+
+
+def encode(features: Mapping[str, np.ndarray]) -> np.ndarray:
+    """One decision's features (each [1, C] as the channel sends them; `progress` [1])
+    -> (C, INPUT_DIM) float32 network inputs, one row per column.
+
+    Built column-major into one buffer: this runs once per eviction decision (tens of
+    thousands per module), so it keeps to a few dozen numpy calls.
+    """
+    floats = np.concatenate([features[n] for n in FLOAT_FEATURES], axis=0)  # (F, C)
+    cols = floats.shape[1]
+    x = np.zeros((INPUT_DIM, cols), dtype=np.float32)
+    finite = np.isfinite(floats)
+    # LLVM divides by the decision's maximum, so finite values are already in [0, 1].
+    np.copyto(x[:_F], floats)
+    np.copyto(x[:_F], np.float32(1.0), where=~finite)
+    np.sqrt(x[:_F], out=x[_F : 2 * _F])
+    at = 2 * _F
+    flags = np.concatenate([features[n] for n in FLAG_FEATURES], axis=0)
+    np.minimum(flags, 1, out=x[at : at + len(FLAG_FEATURES)], casting="unsafe")
+    at += len(FLAG_FEATURES)
+    for name in STAGE_FEATURES:
+        stage = np.minimum(features[name].reshape(-1), NUM_STAGES - 1)  # stages are >= 0
+        x[at : at + NUM_STAGES] = _EYE[:, stage]
+        at += NUM_STAGES
+    progress = float(features[PROGRESS].reshape(-1)[0])
+    x[at] = progress if math.isfinite(progress) else 0.0
+    x[at + 1, -1] = 1.0  # is_candidate
+    x[at + 2] = ~finite.all(axis=0)
+    weight = heuristic_weights(features)
+    x[at + 3, heuristic_choice(features, weight)] = 1.0
+    x[at + 4] = weight < weight[-1]
+    x[at + 5, lightest_choice(features, weight)] = 1.0
+    return x.T
+
+
+def masked_log_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """log P(column) over the last axis, -inf where `mask != 1`."""
+    valid = np.asarray(mask).reshape(logits.shape) == 1
+    z = np.where(valid, logits, -np.inf)
+    top = z.max(axis=-1, keepdims=True)
+    shifted = z - top
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: holds arrays
+class EvictionNetwork:
+    """score(x) = mlp(x) + skip . x, for rows x of `encode`."""
+
+    mlp: MLPParams
+    skip: np.ndarray  # (INPUT_DIM,) float32
+
+    def __post_init__(self) -> None:
+        skip = np.array(self.skip, dtype=np.float32).reshape(-1)
+        if skip.size != self.mlp.input_dim or self.mlp.input_dim != INPUT_DIM:
+            raise ValueError(f"network takes {self.mlp.input_dim} inputs and the skip has "
+                             f"{skip.size}; the encoding has {INPUT_DIM}")
+        skip.flags.writeable = False
+        object.__setattr__(self, "skip", skip)
+
+    @property
+    def size(self) -> int:
+        return self.mlp.size + self.skip.size
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        """(..., INPUT_DIM) inputs -> (...) float32 scores."""
+        x = np.asarray(x, dtype=np.float32)
+        lead = x.shape[:-1]
+        flat = x.reshape(-1, INPUT_DIM)
+        return (self.mlp.forward(flat) + flat @ self.skip).reshape(lead)
+
+    def flat(self) -> np.ndarray:
+        return np.concatenate((self.mlp.flat(), self.skip))
+
+    def with_flat(self, v: np.ndarray) -> EvictionNetwork:
+        v = np.asarray(v, dtype=np.float32).reshape(-1)
+        if v.size != self.size:
+            raise ValueError(f"flat vector has {v.size} values, the network has {self.size}")
+        return EvictionNetwork(self.mlp.with_flat(v[: self.mlp.size]), v[self.mlp.size :])
+
+
+def init_network(rng: np.random.Generator,
+                 hidden: Sequence[int] = DEFAULT_HIDDEN) -> EvictionNetwork:
+    """Glorot MLP with a small output layer, and the skip weight on the stock rule's pick:
+    the greedy policy starts as `heuristic`."""
+    mlp = init_mlp(INPUT_DIM, hidden, rng)
+    weights = (*mlp.weights[:-1], mlp.weights[-1] * OUTPUT_INIT_SCALE)
+    skip = np.zeros(INPUT_DIM, dtype=np.float32)
+    skip[HEURISTIC_INPUT] = HEURISTIC_PRIOR
+    return EvictionNetwork(MLPParams(weights, mlp.biases), skip)
+
+
+@dataclass(frozen=True, eq=False)
+class EvictionPolicy:
+    """Implements `problems.base.Policy` for the eviction advisor: the valid column with
+    the highest score (greedy) or one drawn from the masked softmax (`sample`), with a
+    per-(seed, module) generator."""
+
+    network: EvictionNetwork
+    sample: bool = False
+    seed: int = 0
+    version: str = CURRENT_VERSION
+    hyperparameters: Mapping[str, object] = field(default_factory=dict)
+    name: str = "regalloc-mlp"
+    advisor: Advisor = "evict"
+    required_features: tuple[str, ...] = REQUIRED_FEATURES
+
+    @property
+    def hidden(self) -> tuple[int, ...]:
+        return self.network.mlp.hidden
+
+    def log_probs(self, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """(..., C, INPUT_DIM) encoded decisions and their (..., C) masks -> log P."""
+        return masked_log_softmax(self.network.scores(x), mask)
+
+    def for_module(self, module: str) -> Callable[[Mapping[str, np.ndarray]], int]:
+        net = self.network
+        if not self.sample:
+            def greedy(features: Mapping[str, np.ndarray]) -> int:
+                valid = np.asarray(features[MASK_FEATURE]).reshape(-1) == 1
+                s = np.where(valid, net.scores(encode(features)), -np.inf)
+                return int(np.argmax(s))
+
+            return greedy
+        rng = np.random.default_rng(module_seed(self.seed, module))
+
+        def draw(features: Mapping[str, np.ndarray]) -> int:
+            logp = masked_log_softmax(net.scores(encode(features)), features[MASK_FEATURE])
+            p = np.exp(logp.astype(np.float64))
+            return int(rng.choice(p.size, p=p / p.sum()))
+
+        return draw
+
+    def with_network(self, network: EvictionNetwork) -> EvictionPolicy:
+        return dataclasses.replace(self, network=network)
+
+    def sampling(self, seed: int) -> EvictionPolicy:
+        return dataclasses.replace(self, sample=True, seed=seed)
+
+    def greedy(self) -> EvictionPolicy:
+        return dataclasses.replace(self, sample=False)
+
+
+def initial_policy(seed: int = 0, hidden: Sequence[int] = DEFAULT_HIDDEN) -> EvictionPolicy:
+    return EvictionPolicy(init_network(np.random.default_rng(seed), hidden),
+                          hyperparameters={"init_seed": seed, "hidden": list(hidden)})
+
+
+# --- save / load ----------------------------------------------------------------------------
+
+
+def _floats(a: np.ndarray) -> list[Any]:
+    # float32 -> Python float is exact, and JSON keeps every digit: loading gives the same bits.
+    return np.asarray(a, dtype=np.float32).astype(np.float64).tolist()  # type: ignore[no-any-return]
+
+
+def policy_document(policy: EvictionPolicy) -> dict[str, Any]:
+    net = policy.network
+    return {
+        "format": POLICY_FORMAT,
+        "version": policy.version,
+        "problem": PROBLEM,
+        "advisor": policy.advisor,
+        "name": policy.name,
+        "features": list(policy.required_features),
+        "inputs": list(INPUT_NAMES),
+        "network": {
+            "kind": "per-column mlp + linear skip, masked softmax over columns",
+            "activation": "relu",
+            "hidden": list(policy.hidden),
+            "weights": [_floats(w) for w in net.mlp.weights],
+            "biases": [_floats(b) for b in net.mlp.biases],
+            "skip": _floats(net.skip),
+        },
+        "hyperparameters": dict(policy.hyperparameters),
+    }
+
+
+def save_eviction_policy(policy: EvictionPolicy, directory: Path) -> None:
+    """Write `directory/policy.json` (byte-deterministic: sorted keys, exact floats)."""
+    try:
+        text = json.dumps(policy_document(policy), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"policy hyperparameters must be plain JSON values: {exc}") from exc
+    write_atomic(Path(directory) / POLICY_FILE, (text + "\n").encode())
+
+
+def load_eviction_policy(directory: Path) -> EvictionPolicy:
+    path = Path(directory) / POLICY_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RegallocPolicyError(
+            f"{directory}: not a policy directory (no {POLICY_FILE})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RegallocPolicyError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("format") != POLICY_FORMAT:
+        raise RegallocPolicyError(f"{path}: not a {POLICY_FORMAT} file")
+    m = _VERSION_RE.fullmatch(str(doc.get("version")))
+    if not m or m["problem"] != PROBLEM or int(m["major"]) != VERSION_MAJOR:
+        raise RegallocPolicyError(f"{path}: version {doc.get('version')!r} is not readable "
+                                  f"(this pymlgo reads {PROBLEM}-{VERSION_MAJOR}.x)")
+    if doc.get("inputs") != list(INPUT_NAMES):
+        raise RegallocPolicyError(f"{path}: the policy was trained on other inputs than this "
+                                  "pymlgo encodes")
+    try:
+        net = doc["network"]
+        mlp = MLPParams(tuple(np.array(w, dtype=np.float32) for w in net["weights"]),
+                        tuple(np.array(b, dtype=np.float32) for b in net["biases"]))
+        network = EvictionNetwork(mlp, np.array(net["skip"], dtype=np.float32))
+        return EvictionPolicy(network, version=str(doc["version"]),
+                              hyperparameters=doc.get("hyperparameters") or {},
+                              name=str(doc.get("name", "regalloc-mlp")),
+                              required_features=tuple(doc["features"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RegallocPolicyError(f"{path}: malformed policy ({exc})") from exc
+
+
+def load_regalloc_policy(spec: str, *, seed: int = 0) -> Policy:
+    """A built-in regalloc policy name, or a saved policy directory (named as `spec`)."""
+    try:
+        return builtin_policy(spec, seed=seed)
+    except ValueError as exc:
+        builtin_error = exc
+    if not Path(spec).is_dir():
+        raise RegallocPolicyError(f"{builtin_error} (and no directory {spec!r} exists)")
+    return dataclasses.replace(load_eviction_policy(Path(spec)), name=spec, seed=seed)

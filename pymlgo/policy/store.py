@@ -1,0 +1,256 @@
+"""Saved policies: a self-describing directory, and `load_policy` for every policy spec.
+
+A policy directory holds:
+- `policy.json`: format version, problem, network shape, the feature tensors it expects
+  (TensorSpec JSON, matched by name against what the compiler sends), the advice it gives,
+  hyperparameters, and the sha256 of the other two files;
+- `weights.npz`: `w0, b0, w1, b1, ...` (a zip of .npy files, readable with `np.load`);
+- `vocab.json`: the quantile vocabulary (`pymlgo.policy.vocab`).
+
+Saving is byte-deterministic (sorted JSON keys, fixed zip entry order and timestamps), so
+the same policy always gives the same bytes and checksums. Whether a policy samples, and
+its seed, are run-time choices and are not saved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pymlgo.policy.inlining import (
+    CURRENT_VERSION,
+    PROBLEM,
+    VERSION_MAJOR,
+    InliningPolicy,
+    parse_version,
+)
+from pymlgo.policy.mlp import MLPParams
+from pymlgo.policy.vocab import Vocab, dumps_vocab, write_atomic
+from pymlgo.problems.base import Policy
+from pymlgo.problems.inlining.policies import builtin_policy
+from pymlgo.protocol.tensor_spec import TensorSpec
+
+POLICY_FILE, WEIGHTS_FILE, VOCAB_FILE = "policy.json", "weights.npz", "vocab.json"
+POLICY_FORMAT = "pymlgo-policy"
+# Every inliner feature (and the decision) is an int64 tensor of shape [1] (LLVM >= 17).
+FEATURE_TYPE, FEATURE_SHAPE = "int64_t", (1,)
+ADVICE_SPEC = TensorSpec("inlining_decision", "int64_t", (1,))
+PRETRAINED_PREFIX = "pretrained:"
+# The earliest DOS date a zip entry can carry; any fixed value makes the bytes reproducible.
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+class PolicyLoadError(ValueError):
+    """A policy spec or saved policy directory cannot be used; the message says why."""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def weights_bytes(params: MLPParams) -> bytes:
+    """The `.npz` bytes of `params`, identical for identical parameters."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
+        for i, (w, b) in enumerate(zip(params.weights, params.biases, strict=True)):
+            for key, arr in ((f"w{i}", w), (f"b{i}", b)):
+                npy = io.BytesIO()
+                np.lib.format.write_array(
+                    npy, np.ascontiguousarray(arr), version=(1, 0), allow_pickle=False
+                )
+                info = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_EPOCH)
+                info.create_system = 3  # the host OS is recorded otherwise
+                info.external_attr = 0o644 << 16
+                zf.writestr(info, npy.getvalue())
+    return out.getvalue()
+
+
+def _read_weights(data: bytes, where: Path) -> MLPParams:
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise PolicyLoadError(f"{where}: not a readable .npz weights file ({exc})") from exc
+    layers = len(arrays) // 2
+    expected = {f"{p}{i}" for i in range(layers) for p in "wb"}
+    if set(arrays) != expected or not layers:
+        raise PolicyLoadError(
+            f"{where}: expected arrays w0, b0, ..., got {', '.join(sorted(arrays)) or 'none'}"
+        )
+    try:
+        return MLPParams(
+            tuple(arrays[f"w{i}"] for i in range(layers)),
+            tuple(arrays[f"b{i}"] for i in range(layers)),
+        )
+    except ValueError as exc:
+        raise PolicyLoadError(f"{where}: {exc}") from exc
+
+
+def policy_document(policy: InliningPolicy, weights_sha: str, vocab_sha: str) -> dict[str, Any]:
+    return {
+        "format": POLICY_FORMAT,
+        "version": policy.version,
+        "problem": PROBLEM,
+        "name": policy.name,
+        "network": {
+            "kind": "mlp",
+            "activation": "relu",
+            "input_dim": policy.params.input_dim,
+            "hidden": list(policy.hidden),
+            "output": "logit of P(inline)",
+        },
+        "normalization": {"kind": "quantile", "with_square": policy.vocab.with_square},
+        "features": [
+            TensorSpec(name, FEATURE_TYPE, FEATURE_SHAPE).to_json()
+            for name in policy.vocab.features
+        ],
+        "advice": ADVICE_SPEC.to_json(),
+        "hyperparameters": dict(policy.hyperparameters),
+        "files": {WEIGHTS_FILE: {"sha256": weights_sha}, VOCAB_FILE: {"sha256": vocab_sha}},
+    }
+
+
+def save_policy(policy: InliningPolicy, directory: Path) -> None:
+    """Write `policy` to `directory` (created if needed; the three files are replaced).
+
+    `policy.json` is written last, so a reader never pairs it with other files' old bytes
+    without noticing (their checksums are in it).
+    """
+    directory = Path(directory)
+    parse_version(policy.version)
+    weights = weights_bytes(policy.params)
+    vocab = dumps_vocab(policy.vocab).encode()
+    doc = policy_document(policy, _sha256(weights), _sha256(vocab))
+    try:
+        text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"policy hyperparameters must be plain JSON values: {exc}") from exc
+    write_atomic(directory / WEIGHTS_FILE, weights)
+    write_atomic(directory / VOCAB_FILE, vocab)
+    write_atomic(directory / POLICY_FILE, text.encode())
+
+
+def load_policy_dir(directory: Path) -> InliningPolicy:
+    """Load a directory written by `save_policy`; `PolicyLoadError` says what is wrong."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise PolicyLoadError(f"{directory}: not a policy directory (no such directory)")
+    missing = [f for f in (POLICY_FILE, WEIGHTS_FILE, VOCAB_FILE) if not (directory / f).is_file()]
+    if missing:
+        raise PolicyLoadError(
+            f"{directory}: incomplete policy directory, missing {', '.join(missing)}"
+        )
+    try:
+        doc = json.loads((directory / POLICY_FILE).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PolicyLoadError(f"{directory / POLICY_FILE}: not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("format") != POLICY_FORMAT:
+        raise PolicyLoadError(f"{directory / POLICY_FILE}: not a {POLICY_FORMAT} file")
+    version = doc.get("version")
+    try:
+        problem, major, _ = parse_version(str(version))
+    except ValueError as exc:
+        raise PolicyLoadError(f"{directory}: {exc}") from exc
+    if problem != PROBLEM:
+        raise PolicyLoadError(f"{directory}: a {problem!r} policy, not an {PROBLEM} policy")
+    if major != VERSION_MAJOR:
+        raise PolicyLoadError(
+            f"{directory}: policy version {version} is not readable by this pymlgo, which "
+            f"reads {PROBLEM}-{VERSION_MAJOR}.x (current: {CURRENT_VERSION})"
+        )
+
+    blobs = {}
+    files = doc.get("files")
+    for fname in (WEIGHTS_FILE, VOCAB_FILE):
+        data = (directory / fname).read_bytes()
+        entry = files.get(fname) if isinstance(files, dict) else None
+        want = entry.get("sha256") if isinstance(entry, dict) else None
+        if want != _sha256(data):
+            raise PolicyLoadError(
+                f"{directory / fname}: checksum mismatch (policy.json says {want}, the file "
+                f"has {_sha256(data)}): the file was changed or damaged after saving"
+            )
+        blobs[fname] = data
+
+    params = _read_weights(blobs[WEIGHTS_FILE], directory / WEIGHTS_FILE)
+    try:
+        vocab = Vocab.from_json(json.loads(blobs[VOCAB_FILE]))
+    except ValueError as exc:
+        raise PolicyLoadError(f"{directory / VOCAB_FILE}: {exc}") from exc
+    network = doc.get("network")
+    try:
+        expected = [TensorSpec.from_json(f).name for f in doc.get("features", [])]
+        if expected != list(vocab.features):
+            raise ValueError("policy.json features do not match vocab.json")
+        norm = doc.get("normalization")
+        if not isinstance(norm, dict) or norm.get("with_square") != vocab.with_square:
+            raise ValueError("policy.json normalization does not match vocab.json")
+        if not isinstance(network, dict) or not isinstance(network.get("hidden"), list):
+            raise ValueError("policy.json lacks network.hidden")
+        return InliningPolicy(
+            vocab=vocab,
+            params=params,
+            hidden=tuple(network["hidden"]),
+            version=str(version),
+            hyperparameters=doc.get("hyperparameters") or {},
+            name=str(doc.get("name", "mlp")),
+        )
+    except (ValueError, TypeError) as exc:
+        raise PolicyLoadError(f"{directory}: {exc}") from exc
+
+
+def pretrained_root() -> Path:
+    """Where `pretrained:NAME` policies ship: package data `pymlgo/data/pretrained/NAME`."""
+    return Path(__file__).resolve().parent.parent / "data" / "pretrained"
+
+
+def available_pretrained() -> list[str]:
+    root = pretrained_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / POLICY_FILE).is_file())
+
+
+def load_policy(spec: str, *, problem: str = "inlining", seed: int = 0) -> Policy:
+    """Resolve a policy spec: a built-in (default, never, always, random:P[:SEED]),
+    `pretrained:NAME`, or a saved policy directory. `seed` seeds stochastic policies.
+
+    Built-in names win over a directory of the same name: write `./default` for that.
+    """
+    if problem == "regalloc":
+        # Imported here: the regalloc policy module is only needed for that problem.
+        from pymlgo.policy.regalloc import load_regalloc_policy
+
+        return load_regalloc_policy(spec, seed=seed)
+    if problem != PROBLEM:
+        raise PolicyLoadError(f"no policies for problem {problem!r} (known: {PROBLEM}, regalloc)")
+    if spec.startswith(PRETRAINED_PREFIX):
+        name = spec[len(PRETRAINED_PREFIX) :]
+        available = available_pretrained()
+        if name not in available:
+            listing = ", ".join(f"{PRETRAINED_PREFIX}{n}" for n in available) or "none installed"
+            raise PolicyLoadError(f"no pretrained policy {name!r} (available: {listing})")
+        return _named(load_policy_dir(pretrained_root() / name), spec, seed)
+    try:
+        return builtin_policy(spec, seed=seed)
+    except ValueError as exc:
+        builtin_error = exc
+    path = Path(spec)
+    if path.is_dir():
+        return _named(load_policy_dir(path), spec, seed)
+    if spec.startswith("random:") or not path.exists():
+        hint = "" if spec.startswith("random:") else f" (and no directory {spec!r} exists)"
+        raise PolicyLoadError(f"{builtin_error}{hint}") from None
+    raise PolicyLoadError(f"{spec}: a policy must be a directory with {POLICY_FILE}, not a file")
+
+
+def _named(policy: InliningPolicy, spec: str, seed: int) -> InliningPolicy:
+    # Reports name the policy as the user wrote it, not by its generic saved name.
+    return dataclasses.replace(policy, name=spec, seed=seed)

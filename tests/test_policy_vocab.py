@@ -1,0 +1,123 @@
+"""Quantile vocabulary: how raw feature values become network inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pymlgo.policy.vocab import Vocab, build_vocab, dumps_vocab, load_vocab, save_vocab
+
+
+def skewed_columns(seed: int = 0, n: int = 5000) -> dict[str, np.ndarray]:
+    """Inliner-like int64 features: mostly small counts, some zeros, a long tail."""
+    rng = np.random.default_rng(seed)
+    return {
+        "callee_basic_block_count": rng.geometric(0.2, n).astype(np.int64),
+        "cost_estimate": rng.integers(-200, 5000, n, dtype=np.int64),
+        "nr_ctant_params": (rng.random(n) < 0.1).astype(np.int64),
+        "is_callee_avail_external": np.zeros(n, dtype=np.int64),
+    }
+
+
+def test_normalized_values_lie_in_unit_interval_and_are_float32():
+    cols = skewed_columns()
+    vocab = build_vocab(cols)
+    x = vocab.matrix(cols)
+    out = vocab.normalize(x)
+    assert out.dtype == np.float32
+    assert out.shape == (len(x), vocab.input_dim) == (len(x), 2 * len(cols))
+    assert out.min() >= 0.0 and out.max() <= 1.0
+    # values never seen in training still land in [0, 1]
+    extreme = np.array([[-(10**12)] * 4, [10**12] * 4])
+    assert np.array_equal(vocab.normalize(extreme)[:, :4], [[0.0] * 4, [1.0] * 4])
+
+
+def test_normalization_is_monotone_in_each_feature():
+    vocab = build_vocab(skewed_columns())
+    grid = np.arange(-300, 6000, dtype=np.int64)
+    x = np.repeat(grid[:, None], len(vocab.features), axis=1)
+    v = vocab.normalize(x)[:, : len(vocab.features)]
+    assert (np.diff(v, axis=0) >= 0).all()
+
+
+def test_value_is_fraction_of_distinct_quantile_boundaries_at_or_below_it():
+    # Five distinct observed values -> five boundaries, each worth 1/5 of [0, 1].
+    vocab = build_vocab({"f": np.array([0, 0, 0, 0, 1, 1, 2, 3, 7])}, quantiles=100)
+    assert vocab.boundaries[0].tolist() == [0, 1, 2, 3, 7]
+    v = vocab.normalize(np.array([[-1], [0], [1], [5], [7], [100]]))
+    assert v[:, 0].tolist() == pytest.approx([0.0, 0.2, 0.4, 0.8, 1.0, 1.0])
+
+
+def test_square_inputs_follow_the_normalized_values():
+    vocab = build_vocab(skewed_columns())
+    x = vocab.matrix(skewed_columns(seed=1))
+    out = vocab.normalize(x)
+    f = len(vocab.features)
+    assert np.array_equal(out[:, f:], out[:, :f] * out[:, :f])
+    plain = Vocab(vocab.features, vocab.boundaries, with_square=False)
+    assert plain.input_dim == f
+    assert np.array_equal(plain.normalize(x), out[:, :f])
+
+
+def test_boundaries_are_observed_values_deduplicated():
+    cols = skewed_columns()
+    vocab = build_vocab(cols, quantiles=1000)
+    for name, b in zip(vocab.features, vocab.boundaries, strict=True):
+        assert (np.diff(b) > 0).all(), name
+        assert set(b.tolist()) <= set(cols[name].tolist()), name
+        assert b.size <= 1000
+
+
+def test_constant_feature_has_one_boundary_and_maps_to_a_constant():
+    vocab = build_vocab({"always_zero": np.zeros(100, dtype=np.int64)})
+    assert vocab.boundaries[0].tolist() == [0.0]
+    v = vocab.normalize(np.array([[0], [0], [3], [-1]]))
+    assert np.isfinite(v).all()
+    assert v[:, 0].tolist() == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_feature_without_any_value_normalizes_to_zero():
+    vocab = build_vocab({"never_seen": np.zeros(0, dtype=np.int64)})
+    assert vocab.boundaries[0].size == 0
+    assert vocab.normalize(np.array([[5], [-5]])).tolist() == [[0.0, 0.0], [0.0, 0.0]]
+
+
+def test_building_is_deterministic_to_the_byte(tmp_path):
+    a, b = build_vocab(skewed_columns()), build_vocab(skewed_columns())
+    save_vocab(a, tmp_path / "a.json")
+    save_vocab(b, tmp_path / "b.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_features_argument_selects_and_orders_inputs():
+    cols = skewed_columns()
+    vocab = build_vocab(cols, features=["nr_ctant_params", "cost_estimate"])
+    assert vocab.features == ("nr_ctant_params", "cost_estimate")
+    assert vocab.matrix(cols)[:, 0].tolist() == cols["nr_ctant_params"].tolist()
+    with pytest.raises(KeyError, match="no_such_feature"):
+        build_vocab(cols, features=["no_such_feature"])
+
+
+def test_json_round_trip_preserves_normalization(tmp_path):
+    cols = skewed_columns()
+    vocab = build_vocab(cols, with_square=False)
+    save_vocab(vocab, tmp_path / "vocab.json")
+    again = load_vocab(tmp_path / "vocab.json")
+    assert again.features == vocab.features and again.with_square is False
+    x = vocab.matrix(skewed_columns(seed=3))
+    assert np.array_equal(again.normalize(x), vocab.normalize(x))
+    assert dumps_vocab(again) == dumps_vocab(vocab)
+
+
+def test_wrong_input_width_is_rejected():
+    vocab = build_vocab(skewed_columns())
+    with pytest.raises(ValueError, match=r"\(n, 4\)"):
+        vocab.normalize(np.zeros((3, 5)))
+
+
+def test_unsorted_boundaries_and_foreign_json_are_rejected(tmp_path):
+    with pytest.raises(ValueError, match="strictly increasing"):
+        Vocab(("f",), (np.array([2.0, 1.0]),))
+    (tmp_path / "v.json").write_text('{"features": []}')
+    with pytest.raises(ValueError, match="pymlgo-vocab"):
+        load_vocab(tmp_path / "v.json")

@@ -1,0 +1,190 @@
+"""`mlgo trace` and `mlgo vocab` end to end, on a real corpus and the real compiler."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pymlgo.corpus.command import format_cmd
+from pymlgo.evaluate.baseline import BaselineCache
+from pymlgo.evaluate.trace import load_traces, read_sizes, trace_columns, trace_corpus
+from pymlgo.policy.inlining import InliningPolicy
+from pymlgo.policy.mlp import init_mlp
+from pymlgo.policy.store import save_policy
+from pymlgo.policy.vocab import build_vocab, load_vocab
+from pymlgo.problems.base import CompileJob
+from pymlgo.problems.inlining.policies import builtin_policy
+from tests.test_trace_corpus import InProcessExecutor
+
+
+def run_cli(*argv: str) -> int:
+    """Parse with only these subcommands registered, as `mlgo` would, and run."""
+    from pymlgo.cli import trace, vocab
+
+    parser = argparse.ArgumentParser(prog="mlgo")
+    sub = parser.add_subparsers()
+    trace.register(sub)
+    vocab.register(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+def write_corpus(root: Path, jobs: list[CompileJob]) -> Path:
+    """A corpus in LLVM's mlgo-utils layout: description, and .bc + .cmd per module."""
+    for job in jobs:
+        (root / job.module).parent.mkdir(parents=True, exist_ok=True)
+        (root / f"{job.module}.bc").write_bytes(job.bitcode)
+        (root / f"{job.module}.cmd").write_bytes(format_cmd(job.cmd))
+    (root / "corpus_description.json").write_text(
+        json.dumps({"modules": [j.module for j in jobs], "has_thinlto": False})
+    )
+    return root
+
+
+@pytest.fixture
+def isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLGO_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def local_executor(monkeypatch):
+    """The real local pool once it exists; until then, compile in this process."""
+    try:
+        from pymlgo.workers import make_executor  # noqa: F401
+    except ImportError:
+        monkeypatch.setattr("pymlgo.cli.trace._executor", lambda cluster, n: InProcessExecutor())
+
+
+def test_trace_command_writes_a_complete_trace(
+    minic_jobs, tmp_path, isolated_cache, local_executor, capsys
+):
+    pytest.importorskip("pymlgo.corpus.format", reason="corpus loader not merged yet")
+    corpus = write_corpus(tmp_path / "corpus", minic_jobs)
+    out = tmp_path / "traces"
+    rc = run_cli(
+        "trace",
+        "--corpus",
+        str(corpus),
+        "--policy",
+        "default",
+        "--output_dir",
+        str(out),
+        "--workers",
+        "2",
+    )
+    assert rc == 0
+    assert f"traced {len(minic_jobs)} of {len(minic_jobs)} module(s)" in capsys.readouterr().out
+    assert sorted(m for m, _, _ in load_traces(out)) == sorted(j.module for j in minic_jobs)
+    assert all(r.reward == 0.0 for r in read_sizes(out).values())
+    info = json.loads((out / "trace.json").read_text())
+    assert info["policy_spec"] == "default" and info["traced"] == len(minic_jobs)
+    # a second run does not clobber the first one by accident
+    assert run_cli("trace", "--corpus", str(corpus), "--output_dir", str(out)) == 2
+    assert "not empty" in capsys.readouterr().err
+
+
+def test_trace_command_runs_a_saved_mlp_policy_on_the_workers(
+    trace_dir, minic_jobs, tmp_path, isolated_cache, local_executor
+):
+    pytest.importorskip("pymlgo.corpus.format", reason="corpus loader not merged yet")
+    cols = trace_columns(trace_dir)
+    vocab = build_vocab(cols, features=[n for n in cols if n != "inlining_default"])
+    policy = InliningPolicy(
+        vocab, init_mlp(vocab.input_dim, (40, 40, 20), np.random.default_rng(3))
+    )
+    save_policy(policy, tmp_path / "policy")
+    corpus = write_corpus(tmp_path / "corpus", minic_jobs)
+    out = tmp_path / "traces"
+    assert (
+        run_cli(
+            "trace",
+            "--corpus",
+            str(corpus),
+            "--policy",
+            str(tmp_path / "policy"),
+            "--output_dir",
+            str(out),
+            "--workers",
+            "2",
+        )
+        == 0
+    )
+    # the workers' decisions are the policy's greedy decisions on the recorded features
+    decided = 0
+    for _, traj, _ in load_traces(out):
+        p = policy.probabilities(vocab.matrix(traj.features))
+        clear = np.abs(p - 0.5) > 1e-6
+        assert np.array_equal(traj.advice[clear, 0], (p[clear] >= 0.5).astype(np.int64))
+        decided += len(traj)
+    assert decided > 10
+
+
+def test_trace_command_rejects_a_bad_policy_before_compiling(tmp_path, capsys):
+    rc = run_cli(
+        "trace",
+        "--corpus",
+        str(tmp_path),
+        "--policy",
+        "sometimes",
+        "--output_dir",
+        str(tmp_path / "out"),
+    )
+    assert rc == 2 and "unknown inlining policy 'sometimes'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def trace_dir(compiler, minic_jobs, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("vocab")
+    trace_corpus(
+        InProcessExecutor(),
+        compiler,
+        minic_jobs,
+        builtin_policy("default"),
+        root / "trace",
+        cache=BaselineCache(root / "cache"),
+    )
+    return root / "trace"
+
+
+def test_vocab_command_writes_a_deterministic_vocab_of_model_inputs(trace_dir, tmp_path, capsys):
+    assert run_cli("vocab", "--traces", str(trace_dir), "--output_dir", str(tmp_path / "a")) == 0
+    assert "38 features" in capsys.readouterr().out
+    vocab = load_vocab(tmp_path / "a" / "vocab.json")
+    assert len(vocab.features) == 38 and "inlining_default" not in vocab.features
+    assert vocab.input_dim == 76 and vocab.with_square
+    assert all(b.size <= 1000 for b in vocab.boundaries)
+    assert run_cli("vocab", "--traces", str(trace_dir), "--output_dir", str(tmp_path / "b")) == 0
+    assert (tmp_path / "a" / "vocab.json").read_bytes() == (
+        tmp_path / "b" / "vocab.json"
+    ).read_bytes()
+
+
+def test_vocab_command_normalizes_the_traced_values_into_unit_interval(trace_dir, tmp_path):
+    run_cli(
+        "vocab",
+        "--traces",
+        str(trace_dir),
+        "--output_dir",
+        str(tmp_path),
+        "--quantiles",
+        "10",
+        "--include-default",
+        "--no-square",
+    )
+    vocab = load_vocab(tmp_path / "vocab.json")
+    assert vocab.features[-1] == "inlining_default" and vocab.input_dim == 39
+    assert all(b.size <= 10 for b in vocab.boundaries)
+    for _, traj, _ in load_traces(trace_dir):
+        v = vocab.normalize(vocab.matrix(traj.features))
+        assert ((v >= 0) & (v <= 1)).all()
+
+
+def test_vocab_command_on_a_directory_without_logs_fails_clearly(tmp_path, capsys):
+    assert run_cli("vocab", "--traces", str(tmp_path), "--output_dir", str(tmp_path / "v")) == 2
+    assert "no trace logs" in capsys.readouterr().err
+    assert not np.any([p.name == "vocab.json" for p in tmp_path.rglob("*")])
