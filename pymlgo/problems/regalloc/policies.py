@@ -1,0 +1,228 @@
+"""Built-in register-allocation policies.
+
+Eviction: `default` (the stock advisor, no channel), `random[:SEED]` (uniform over the
+valid columns), `no-evict` (always "evict nothing" when allowed), `heuristic` (a
+channel-side imitation of the stock rule: evict the cheapest interference if it is
+cheaper than the candidate). Priority: `priority:default`, `priority:random[:SEED]`,
+`priority:size` (larger live ranges first). A learned eviction policy is a saved policy
+directory (`pymlgo.policy.regalloc`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from pymlgo.problems.base import Decide, Policy
+from pymlgo.problems.inlining.policies import module_seed
+from pymlgo.problems.regalloc.advice import MASK_FEATURE, Advisor, fallback_column
+
+HEURISTIC_FEATURES = (MASK_FEATURE, "nr_broken_hints", "use_def_density", "is_hint",
+                      "is_local", "max_stage", "weighed_reads_by_max", "weighed_writes_by_max",
+                      "weighed_read_writes_by_max", "liverange_size")
+_RS_SPILL = 4  # LiveRangeStage: New, Assign, Split, Split2, Spill, Memory, Done
+
+
+def heuristic_weights(features: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Each column's spill weight as far as the channel tells: `use_def_density` (the
+    largest weight of the column's live ranges, divided by the decision's maximum), inf
+    where it is NaN (LLVM divided inf by inf). One infinite weight also turns every finite
+    one into 0 (x / inf); then an ordering is rebuilt from frequency-weighted uses per
+    live-range size."""
+    weight = np.asarray(features["use_def_density"], dtype=np.float64).reshape(-1)
+    finite = np.isfinite(weight)
+    if finite.all():
+        return weight
+    uses = sum(np.asarray(features[n], dtype=np.float64).reshape(-1) for n in (
+        "weighed_reads_by_max", "weighed_writes_by_max", "weighed_read_writes_by_max"))
+    size = np.asarray(features["liverange_size"], dtype=np.float64).reshape(-1)
+    return np.where(finite, uses / (size + 1e-3), np.inf)
+
+
+def heuristic_choice(features: Mapping[str, np.ndarray],
+                     weight: np.ndarray | None = None) -> int:
+    """The stock eviction rule, rebuilt from the channel's features.
+
+    LLVM's default advisor walks the allocation order and evicts the register whose
+    interference is cheapest by (broken hints, largest spill weight), only if every
+    evictee is lighter than the candidate; a hint register is taken at once if its
+    interference can still be split and no hint breaks; local interference is evicted
+    only while no other register has been found. Approximate: what the channel does not
+    show (which local ranges could be reassigned, exact weights next to an infinite one)
+    is not reproduced; on the demo corpus the total cost is within a few percent of the
+    stock advisor's. `weight`: `heuristic_weights(features)`, if already computed.
+    """
+    mask = features[MASK_FEATURE].reshape(-1)
+    last = mask.size - 1
+    must_evict = mask[last] != 1
+    valid = mask[:last] == 1
+    stage = features["max_stage"].reshape(-1)[:last]
+    hints = features["nr_broken_hints"].reshape(-1)[:last]
+    take_hint = valid & (features["is_hint"].reshape(-1)[:last] != 0) & (hints == 0) & (
+        stage < _RS_SPILL)
+    if take_hint.any():  # the walk stops at the first such hint
+        return int(np.argmax(take_hint))
+    if weight is None:
+        weight = heuristic_weights(features)
+    eligible = valid if must_evict else valid & (weight[:last] < weight[last])
+    if not eligible.any():
+        return last if not must_evict else fallback_column(mask)
+    first = int(np.argmax(eligible))
+    # After the first eligible register, local interference is left alone.
+    eligible &= features["is_local"].reshape(-1)[:last] == 0
+    eligible[first] = True
+    cand = np.flatnonzero(eligible)
+    # Fewest broken hints, then lowest weight; ties go to the earliest in allocation order.
+    return int(cand[np.lexsort((cand, weight[cand], hints[cand]))[0]])
+
+
+def lightest_choice(features: Mapping[str, np.ndarray], weight: np.ndarray) -> int:
+    """A simpler rule than `heuristic_choice`: the valid register whose interference is
+    cheapest by (broken hints, spill weight), if lighter than the candidate, else "evict
+    nothing" (when allowed). Better than the stock rule on some modules, worse on others:
+    the learned policy gets both as inputs."""
+    mask = features[MASK_FEATURE].reshape(-1)
+    last = mask.size - 1
+    valid = mask[:last] == 1
+    if mask[last] == 1:
+        valid &= weight[:last] < weight[last]
+    if not valid.any():
+        return fallback_column(mask)
+    cand = np.flatnonzero(valid)
+    hints = features["nr_broken_hints"].reshape(-1)
+    return int(cand[np.lexsort((cand, weight[cand], hints[cand]))[0]])
+
+
+@dataclass(frozen=True)
+class StockPolicy:
+    """LLVM's own advisor: the compile runs without a channel (`compile.is_stock`)."""
+
+    advisor: Advisor = "evict"
+    name: str = "default"
+    stock: bool = True
+    required_features: tuple[str, ...] = ()
+
+    def for_module(self, module: str) -> Decide:
+        def decide(features: Mapping[str, np.ndarray]) -> int:
+            raise RuntimeError("the stock advisor is never asked over the channel")
+
+        return decide
+
+
+@dataclass(frozen=True)
+class RandomEvictionPolicy:
+    """Evict a uniformly chosen valid column (mask == 1); seeded per (seed, module)."""
+
+    seed: int = 0
+    advisor: Advisor = "evict"
+    required_features: tuple[str, ...] = (MASK_FEATURE,)
+
+    @property
+    def name(self) -> str:
+        return f"random:{self.seed}"
+
+    def for_module(self, module: str) -> Decide:
+        rng = random.Random(module_seed(self.seed, module))
+
+        def decide(features: Mapping[str, np.ndarray]) -> int:
+            valid = np.flatnonzero(features[MASK_FEATURE].reshape(-1) == 1)
+            return int(valid[rng.randrange(len(valid))])
+
+        return decide
+
+
+@dataclass(frozen=True)
+class NoEvictionPolicy:
+    """Never evict when "evict nothing" is allowed (the candidate is split or spilled)."""
+
+    advisor: Advisor = "evict"
+    name: str = "no-evict"
+    required_features: tuple[str, ...] = (MASK_FEATURE,)
+
+    def for_module(self, module: str) -> Decide:
+        def decide(features: Mapping[str, np.ndarray]) -> int:
+            return fallback_column(features[MASK_FEATURE])
+
+        return decide
+
+
+@dataclass(frozen=True)
+class HeuristicEvictionPolicy:
+    """The stock advisor's rule (`heuristic_choice`), from the channel's features."""
+
+    advisor: Advisor = "evict"
+    name: str = "heuristic"
+    required_features: tuple[str, ...] = HEURISTIC_FEATURES
+
+    def for_module(self, module: str) -> Decide:
+        def decide(features: Mapping[str, np.ndarray]) -> int:
+            return heuristic_choice(features)
+
+        return decide
+
+
+@dataclass(frozen=True)
+class RandomPriorityPolicy:
+    """A uniformly random priority in [0, 2**31): a stress test for the priority path."""
+
+    seed: int = 0
+    advisor: Advisor = "priority"
+    required_features: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"priority:random:{self.seed}"
+
+    def for_module(self, module: str) -> Decide:
+        rng = random.Random(module_seed(self.seed, module))
+
+        def decide(features: Mapping[str, np.ndarray]) -> float:
+            return float(rng.randrange(2**31))
+
+        return decide
+
+
+@dataclass(frozen=True)
+class SizePriorityPolicy:
+    """Priority = live-range size (`li_size`): the largest live ranges are allocated first."""
+
+    advisor: Advisor = "priority"
+    name: str = "priority:size"
+    required_features: tuple[str, ...] = ("li_size",)
+
+    def for_module(self, module: str) -> Decide:
+        def decide(features: Mapping[str, np.ndarray]) -> float:
+            return float(features["li_size"].reshape(-1)[0])
+
+        return decide
+
+
+BUILTIN_NAMES = ("default", "random[:SEED]", "no-evict", "heuristic", "priority:default",
+                 "priority:random[:SEED]", "priority:size")
+
+
+def builtin_policy(spec: str, *, seed: int = 0) -> Policy:
+    """Parse a built-in regalloc policy name; ValueError listing the valid names."""
+    parts = spec.split(":")
+    try:
+        if spec == "default":
+            return StockPolicy()
+        if spec == "priority:default":
+            return StockPolicy(advisor="priority", name="priority:default")
+        if spec == "no-evict":
+            return NoEvictionPolicy()
+        if spec == "heuristic":
+            return HeuristicEvictionPolicy()
+        if spec == "priority:size":
+            return SizePriorityPolicy()
+        if parts[0] == "random" and len(parts) <= 2:
+            return RandomEvictionPolicy(int(parts[1]) if len(parts) == 2 else seed)
+        if parts[:2] == ["priority", "random"] and len(parts) <= 3:
+            return RandomPriorityPolicy(int(parts[2]) if len(parts) == 3 else seed)
+    except ValueError:
+        pass
+    raise ValueError(f"unknown regalloc policy {spec!r}: use {', '.join(BUILTIN_NAMES)} "
+                     "or a saved regalloc policy directory")

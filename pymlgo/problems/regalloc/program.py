@@ -1,0 +1,144 @@
+"""Build a real program from corpus modules compiled with a policy, run it, measure it.
+
+The remark cost is a static estimate; this is the check on real code: the library modules
+are compiled through `compile_with_policy` (the same path as training), linked with a
+small C driver by `zig cc`, run (a wrong eviction can miscompile, so the driver checks its
+own output), and measured: executed instructions under `valgrind --tool=callgrind`
+(deterministic), wall time, and cycles with `perf stat` where the kernel allows it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pymlgo.problems.base import CompileJob, Policy
+from pymlgo.problems.regalloc.compile import compile_with_policy
+from pymlgo.toolchain import run
+from pymlgo.toolchain.compiler import Compiler
+
+TARGET_FLAGS = ("-target", "x86_64-linux-gnu", "-mcpu=baseline")
+
+
+class ProgramError(RuntimeError):
+    """A module failed to compile, the link failed, or the program failed its own check."""
+
+
+def build_objects(compiler: Compiler, jobs: Sequence[CompileJob], policy: Policy,
+                  out_dir: Path, *, timeout: float = 300.0) -> list[Path]:
+    """One object per job in `out_dir`, compiled with `policy` (stock: no channel)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    objects = []
+    for job in jobs:
+        obj = out_dir / (job.module.replace("/", "__") + ".o")
+        res = compile_with_policy(compiler, job, policy, timeout=timeout, keep_object=obj)
+        if not res.ok:
+            raise ProgramError(f"{job.module}: {res.error}")
+        objects.append(obj)
+    return objects
+
+
+def link_program(compiler: Compiler, driver: Path, objects: Sequence[Path], exe: Path,
+                 *, opt_level: str = "-O2") -> Path:
+    """`zig cc` the driver with the objects (it caches by inputs: fine outside training)."""
+    argv = [*compiler.cc_argv, *TARGET_FLAGS, opt_level, str(driver), *map(str, objects),
+            "-o", str(exe), "-lpthread"]
+    res = run.run(argv, timeout=600)
+    if res.returncode != 0:
+        raise ProgramError(f"link failed ({res.returncode}): {res.stderr.strip()[-800:]}")
+    return exe
+
+
+def run_program(argv: Sequence[str], *, timeout: float = 600.0) -> str:
+    """Run the program; its stdout, or ProgramError if it exits non-zero."""
+    try:
+        res = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                             check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise ProgramError(f"{argv[0]} timed out after {timeout:g} s") from exc
+    if res.returncode != 0:
+        raise ProgramError(f"{argv[0]} exited with {res.returncode}: {res.stderr.strip()}")
+    return res.stdout
+
+
+_CALLGRIND_RE = re.compile(r"Collected\s*:\s*(\d+)")
+
+
+def callgrind_instructions(argv: Sequence[str], work_dir: Path, *,
+                           timeout: float = 1800.0) -> int:
+    """Instructions executed by the program (all of it, libc included), as counted by
+    callgrind: the same binary and input always give the same count."""
+    if shutil.which("valgrind") is None:
+        raise ProgramError("valgrind is not installed")
+    out = work_dir / "callgrind.out"
+    res = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                          *argv], capture_output=True, text=True, timeout=timeout,
+                         check=False)
+    if res.returncode != 0:
+        raise ProgramError(f"callgrind run failed ({res.returncode}): {res.stderr[-800:]}")
+    m = _CALLGRIND_RE.search(res.stderr)
+    if not m:
+        raise ProgramError(f"no instruction count in callgrind's output: {res.stderr[-400:]}")
+    out.unlink(missing_ok=True)
+    return int(m.group(1))
+
+
+def wall_seconds(argv: Sequence[str], repeat: int = 5) -> list[float]:
+    """Wall time of `repeat` runs (report the median or minimum: the machine is shared)."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        run_program(argv)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def perf_cycles(argv: Sequence[str]) -> int | None:
+    """CPU cycles from `perf stat`, or None where perf or the counter is unavailable
+    (containers and VMs often have no hardware counters)."""
+    if shutil.which("perf") is None:
+        return None
+    res = subprocess.run(["perf", "stat", "-x", ",", "-e", "cycles", *argv],
+                         capture_output=True, text=True, check=False,
+                         env={**os.environ, "LC_ALL": "C"})
+    for line in res.stderr.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[2] == "cycles" and fields[0].strip().isdigit():
+            return int(fields[0])
+    return None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    instructions: int
+    wall_median_s: float
+    wall_min_s: float
+    cycles: int | None
+    output: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"callgrind_instructions": self.instructions,
+                "wall_median_s": self.wall_median_s, "wall_min_s": self.wall_min_s,
+                "perf_cycles": self.cycles, "output": self.output.strip()}
+
+
+def measure(argv: Sequence[str], work_dir: Path, *, repeat: int = 5,
+            callgrind_argv: Sequence[str] | None = None) -> Measurement:
+    """Check the program runs, then count instructions (under callgrind, optionally with a
+    smaller input: `callgrind_argv`) and time it."""
+    output = run_program(argv)
+    times = wall_seconds(argv, repeat)
+    return Measurement(
+        instructions=callgrind_instructions(callgrind_argv or argv, work_dir),
+        wall_median_s=statistics.median(times),
+        wall_min_s=min(times),
+        cycles=perf_cycles(argv),
+        output=output,
+    )
