@@ -1,0 +1,106 @@
+"""`mlgo train`: train an inlining-for-size policy with bc, ppo, es or dqn."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pymlgo.cli import common
+
+if TYPE_CHECKING:  # torch-free, but `mlgo --help` should not import the trainer
+    from pymlgo.train.config import TrainConfig
+
+_ALGOS = ("bc", "ppo", "es", "dqn")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a policy (bc, ppo, es, dqn); checkpoints, resume, TensorBoard",
+        description=(
+            "Train an inlining-for-size policy on the training split of a corpus. Every "
+            "iteration is checkpointed to OUTPUT_DIR; rerunning the same command on an "
+            "OUTPUT_DIR that holds a checkpoint resumes it. The policy with the smallest "
+            "total .text on the validation split is kept in OUTPUT_DIR/best, the last one in "
+            "OUTPUT_DIR/final (use either with `mlgo eval --policy DIR`). Scalars go to "
+            "OUTPUT_DIR/scalars.jsonl and, with tensorboard installed, to "
+            "OUTPUT_DIR/tensorboard. The same seed and config give the same policy bytes."
+        ),
+    )
+    common.add_corpus_arg(p)
+    p.add_argument("--algo", choices=_ALGOS, default=None,
+                   help="bc: imitate clang's heuristic; ppo: policy gradient; es: evolution "
+                   "strategies; dqn: Q-learning (required unless --config sets algo)")
+    p.add_argument("--output_dir", "--output-dir", dest="output_dir", type=Path, required=True,
+                   metavar="DIR", help="run directory (resumed if it holds a checkpoint)")
+    p.add_argument("--seed", type=int, default=None, help="seed of everything random "
+                   "(split, initialization, sampling; default: 0)")
+    p.add_argument("--iterations", type=int, default=None, metavar="N",
+                   help="number of iterations (default: 20 unless a time budget is given)")
+    p.add_argument("--time-budget", "--time_budget", dest="time_budget", type=float,
+                   default=None, metavar="MIN",
+                   help="stop starting iterations after MIN minutes in total (setup included)")
+    p.add_argument("--warmstart", default=None, metavar="P",
+                   help="bc (default: behaviour-clone clang's heuristic first), none, or a "
+                   "saved policy directory to start from")
+    p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
+                   help="TOML file with TrainConfig fields ([split], [policy], [bc], [ppo], "
+                   "[es], [dqn] tables); unknown keys are an error; flags override it")
+    p.add_argument("--no-tensorboard", dest="tensorboard", action="store_false",
+                   help="write scalars.jsonl only")
+    common.add_worker_args(p)
+    common.add_compiler_args(p)
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The TrainConfig: the TOML file if any, with the command-line flags on top."""
+    from pymlgo.train import config as cfg
+
+    data: dict[str, Any] = {}
+    if args.config is not None:
+        data = cfg.read_toml(args.config)
+    if args.algo is not None:
+        data["algo"] = args.algo
+    if args.seed is not None:
+        data["seed"] = args.seed
+    if args.iterations is not None:
+        data["iterations"] = args.iterations
+    if args.time_budget is not None:
+        data["time_budget_minutes"] = args.time_budget
+    if args.warmstart is not None:
+        data["warmstart"] = "" if args.warmstart == "none" else args.warmstart
+    if "algo" not in data:
+        raise cfg.ConfigError("give --algo {bc,ppo,es,dqn} (or a --config file that sets algo)")
+    try:
+        return cfg.from_dict(cfg.TrainConfig, data)  # type: ignore[no-any-return]
+    except cfg.ConfigError as exc:
+        raise cfg.ConfigError(f"{args.config}: {exc}" if args.config else str(exc)) from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    from pymlgo.corpus.format import CorpusError
+    from pymlgo.policy.store import PolicyLoadError
+    from pymlgo.toolchain.compiler import CompilerError
+    from pymlgo.train.config import ConfigError
+    from pymlgo.train.trainer import RunOptions, TrainError, train
+    from pymlgo.workers import ExecutorError
+
+    try:
+        config = config_from_args(args)
+        workers = common.default_workers(args.workers) if args.cluster is None else args.workers
+        corpus = common.resolve_corpus(args.corpus)
+        options = RunOptions(workers=workers, cluster=args.cluster, clang=args.clang,
+                             timeout=args.timeout, tensorboard=args.tensorboard)
+        result = train(config, corpus, args.output_dir, options=options)
+    except (ConfigError, TrainError, CorpusError, CompilerError, PolicyLoadError,
+            ExecutorError, ValueError, OSError) as exc:
+        print(f"mlgo train: {exc}", file=sys.stderr)
+        return 2
+    print(f"best policy: {result.best_dir} (iteration {result.best_iteration}, validation "
+          f"{result.best_validation_change:+.2%} vs -Oz)")
+    print(f"final policy: {result.final_dir} (iteration {result.iterations}, validation "
+          f"{result.final_validation_change:+.2%} vs -Oz)")
+    return 0

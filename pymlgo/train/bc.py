@@ -1,0 +1,101 @@
+"""Behaviour cloning: imitate clang's inlining heuristic from its -Oz decisions.
+
+The MLGO RFC's bootstrap step: the `default` policy answers every call site through the
+channel, the trace records each call site's features and the heuristic's own decision
+(`inlining_default`), and the MLP is fit to predict that decision (binary cross-entropy).
+The result decides almost like -Oz and is the warm start for ppo, es and dqn.
+
+One iteration = `epochs_per_iteration` passes over the training decisions in shuffled
+minibatches. Reported: loss, and accuracy against the heuristic on training and
+validation decisions (the fraction of call sites where the policy agrees with clang).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pymlgo.policy.inlining import InliningPolicy
+from pymlgo.train.config import BCConfig
+from pymlgo.train.env import Demonstrations, TrainEnv
+from pymlgo.train.nets import MLP, tensor
+
+
+class BehaviourCloning:
+    def __init__(
+        self,
+        cfg: BCConfig,
+        policy: InliningPolicy,
+        train: Demonstrations,
+        validation: Demonstrations | None,
+        seed: int,
+    ) -> None:
+        self.cfg = cfg
+        self.template = policy.greedy()
+        self.net = MLP.from_params(policy.params)
+        self.opt = torch.optim.Adam(
+            self.net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
+        )
+        self.rng = np.random.default_rng(seed)
+        # Normalize once: inputs never change, only the network does.
+        self.x = tensor(policy.vocab.normalize(train.x))
+        self.y = tensor(train.y)
+        self.val: tuple[torch.Tensor, torch.Tensor] | None = None
+        if validation is not None and len(validation):
+            self.val = tensor(policy.vocab.normalize(validation.x)), tensor(validation.y)
+
+    def policy(self) -> InliningPolicy:
+        return self.template.with_params(self.net.to_params())
+
+    def fit(self, epochs: int) -> dict[str, float]:
+        """`epochs` passes over the demonstrations; mean minibatch loss of each pass."""
+        n = len(self.y)
+        losses = []
+        for _ in range(epochs):
+            order = torch.from_numpy(self.rng.permutation(n))
+            total = 0.0
+            for start in range(0, n, self.cfg.batch_size):
+                idx = order[start : start + self.cfg.batch_size]
+                logits = self.net(self.x[idx])[:, 0]
+                loss = F.binary_cross_entropy_with_logits(logits, self.y[idx])
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+                total += loss.item() * len(idx)
+            losses.append(total / max(n, 1))
+        scalars = {"bc/loss": losses[-1] if losses else float("nan"),
+                   "bc/loss_first_epoch": losses[0] if losses else float("nan")}
+        scalars |= self.accuracy()
+        return scalars
+
+    @torch.no_grad()
+    def accuracy(self) -> dict[str, float]:
+        """Agreement with the heuristic (greedy: inline iff logit >= 0, as workers decide)."""
+        out = {"bc/accuracy_train": _agreement(self.net, self.x, self.y),
+               "bc/inline_rate_heuristic": float(self.y.mean()) if len(self.y) else 0.0}
+        if self.val is not None:
+            out["bc/accuracy_validation"] = _agreement(self.net, *self.val)
+        return out
+
+    def iterate(self, env: TrainEnv, iteration: int) -> dict[str, float]:
+        """No compiles: the demonstrations were recorded once, before training."""
+        return self.fit(self.cfg.epochs_per_iteration)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "opt": self.opt.state_dict(),
+                "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.opt.load_state_dict(state["opt"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+def _agreement(net: MLP, x: torch.Tensor, y: torch.Tensor) -> float:
+    if not len(y):
+        return float("nan")
+    decided = (net(x)[:, 0] >= 0).float()
+    return float((decided == y).float().mean())

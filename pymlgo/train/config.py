@@ -1,0 +1,275 @@
+"""Training configuration: typed, frozen dataclasses, optionally read from a TOML file.
+
+One `TrainConfig` describes a run completely (together with the corpus); it is saved in
+every checkpoint so a resumed run can refuse a changed configuration. TOML layout: the
+scalar fields of `TrainConfig` at top level, one table per nested config:
+
+    algo = "es"
+    seed = 3
+    [split]
+    by = "package"
+    [es]
+    population = 16
+
+Unknown keys or tables are an error (a typo must not silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ALGORITHMS = ("bc", "ppo", "es", "dqn")
+DEFAULT_ITERATIONS = 20
+Algo = Literal["bc", "ppo", "es", "dqn"]
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid."""
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """How the corpus is split into train / validation / held-out (by module or package)."""
+
+    by: Literal["module", "package"] = "module"
+    validation: float = 0.15  # fraction of modules (or packages) used to pick the best policy
+    heldout: float = 0.2  # never seen in training; `mlgo demo` and benchmarks report on it
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Network shape and feature normalization (MLGO: MLP 40-40-20, 1000 quantiles)."""
+
+    hidden: tuple[int, ...] = (40, 40, 20)
+    quantiles: int = 1000
+    # None: the vocab's default feature set (every feature except clang's own decision)
+    features: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class BCConfig:
+    """Behaviour cloning of clang's heuristic (`inlining_default`) from -Oz traces."""
+
+    learning_rate: float = 3e-3
+    batch_size: int = 256
+    epochs_per_iteration: int = 2  # as the algorithm: epochs over the traces per iteration
+    warmstart_epochs: int = 30  # as a warm start for ppo/es/dqn: epochs before iteration 1
+    weight_decay: float = 0.0
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Clipped policy gradient; one episode = one module compile, reward at the end."""
+
+    modules_per_iteration: int = 16
+    samples_per_module: int = 4  # sampled compiles per module per iteration (>= 2 for "group")
+    learning_rate: float = 1e-3
+    epochs: int = 4
+    minibatch_size: int = 512
+    clip: float = 0.2
+    entropy_coef: float = 0.0
+    max_grad_norm: float = 1.0
+    # group: mean reward of the other samples of the same module this iteration;
+    # moving_average: per-module exponential average of past rewards; oz: 0 (the -Oz size)
+    baseline: Literal["group", "moving_average", "oz"] = "group"
+    moving_average_decay: float = 0.8
+    normalize_advantages: bool = True
+
+
+@dataclass(frozen=True)
+class ESConfig:
+    """Antithetic evolution strategies on the flat MLP parameters, Adam on the estimate."""
+
+    population: int = 8  # antithetic pairs per iteration (2x compiles per module)
+    sigma: float = 0.02
+    learning_rate: float = 0.01
+    modules_per_iteration: int = 16
+    rank_fitness: bool = True  # centered ranks: robust to a few modules dominating bytes
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    """Q-values for (don't inline, inline) regressed on the episode's return."""
+
+    modules_per_iteration: int = 16
+    buffer_size: int = 50_000
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+    updates_per_iteration: int = 100
+    epsilon_start: float = 0.2
+    epsilon_end: float = 0.02
+    epsilon_decay_iterations: int = 20
+    # subtract the module's -Oz-relative moving average so Q learns what a decision changes,
+    # not how compressible the module is
+    per_module_baseline: bool = True
+    moving_average_decay: float = 0.8
+    reward_scale: float = 100.0  # rewards are fractions of a percent; scale to ~1
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines the trained policy (with the corpus and the compiler)."""
+
+    algo: Algo = "es"
+    seed: int = 0
+    # stop after this many iterations and/or minutes; neither given: DEFAULT_ITERATIONS
+    iterations: int | None = None
+    time_budget_minutes: float | None = None
+    # "bc": behaviour-clone clang's heuristic first; a saved policy directory; "" for none
+    warmstart: str = "bc"
+    eval_every: int = 1  # validation compile every N iterations (and after the last)
+    split: SplitConfig = field(default_factory=SplitConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    bc: BCConfig = field(default_factory=BCConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    es: ESConfig = field(default_factory=ESConfig)
+    dqn: DQNConfig = field(default_factory=DQNConfig)
+
+    def __post_init__(self) -> None:
+        if self.algo not in ALGORITHMS:
+            raise ConfigError(f"algo must be one of {', '.join(ALGORITHMS)}, not {self.algo!r}")
+        if self.time_budget_minutes is not None and self.time_budget_minutes <= 0:
+            raise ConfigError("time_budget_minutes must be > 0")
+        if self.iterations is not None and self.iterations < 0:
+            raise ConfigError("iterations must be >= 0")
+        if self.eval_every < 1:
+            raise ConfigError("eval_every must be >= 1")
+        if not 0 <= self.split.validation < 1 or not 0 <= self.split.heldout < 1:
+            raise ConfigError("split fractions must be in [0, 1)")
+
+    @property
+    def max_iterations(self) -> int | None:
+        if self.iterations is None and self.time_budget_minutes is None:
+            return DEFAULT_ITERATIONS
+        return self.iterations
+
+    def setup_identity(self) -> dict[str, Any]:
+        """The fields the one-time setup (split, vocab, warm start) depends on."""
+        d = to_dict(self)
+        keep = ("seed", "warmstart", "split", "policy", "bc")
+        return {k: d[k] for k in keep} | {"bc_warmstart": self.warmstart == "bc"
+                                          and self.algo != "bc"}
+
+    def identity(self) -> dict[str, Any]:
+        """The fields a resumed run must share with its checkpoint (the budget may grow)."""
+        d = to_dict(self)
+        del d["iterations"], d["time_budget_minutes"]
+        return d
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A plain dict (tuples as lists), as TOML and JSON would hold it."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, tuple | list):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    return plain(dataclasses.asdict(cfg))
+
+
+def _check_value(where: str, value: Any, hint: Any) -> Any:
+    """`value` converted to the annotated type, or ConfigError saying what was expected."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check_value(where, value, arg)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError("; ".join(errors))
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise ConfigError(f"{where} must be one of {list(allowed)}, not {value!r}")
+        return value
+    if origin is tuple:
+        item = typing.get_args(hint)[0]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where} must be a list, not {value!r}")
+        return tuple(_check_value(f"{where}[{i}]", v, item) for i, v in enumerate(value))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, not {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, not {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where} must be a number, not {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, not {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported type {hint!r}")  # pragma: no cover
+
+
+def from_dict(cls: type[Any], data: Mapping[str, Any], where: str = "") -> Any:
+    """Build dataclass `cls` from `data`; unknown keys and wrong types are ConfigError."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {', '.join(where + k for k in unknown)}; "
+            f"valid here: {', '.join(sorted(names))}"
+        )
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{where}{key} must be a table")
+            kwargs[key] = from_dict(hint, value, f"{where}{key}.")
+        else:
+            kwargs[key] = _check_value(where + key, value, hint)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # pragma: no cover - every field has a default
+        raise ConfigError(str(exc)) from exc
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+def load_config(path: str | Path, **overrides: Any) -> TrainConfig:
+    """Read a TOML config; `overrides` (e.g. from the command line) replace its top-level keys."""
+    data = read_toml(path) | overrides
+    try:
+        return from_dict(TrainConfig, data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+def make_config(**values: Any) -> TrainConfig:
+    """A TrainConfig from plain values (nested configs as dicts), with the same checks."""
+    return from_dict(TrainConfig, values)

@@ -1,0 +1,151 @@
+"""The training environment: compile modules with policies, get episodes and rewards back.
+
+One episode is one module compiled with one policy; its reward arrives at the end, as in
+MLGO: `1 - size / baseline`, with the module's -Oz size as the baseline. Torch-free, so
+ES runs without torch installed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from pymlgo.problems.base import CompileJob, Policy
+from pymlgo.train.policies import PolicyBatch, tag_job, untag
+from pymlgo.workers.protocol import Executor, WorkSpec
+
+
+@dataclass(frozen=True, eq=False)
+class Episode:
+    """One module compiled by one member policy (`member` indexes the batch)."""
+
+    module: str
+    member: int
+    baseline: int  # -Oz .text bytes
+    size: int | None  # None when the compile failed
+    decisions: int
+    # recorded compiles only: every feature the compiler sent, name -> (n, 1), and the
+    # (n,) 0/1 decisions taken
+    features: Mapping[str, np.ndarray] | None = None
+    actions: np.ndarray | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.size is not None
+
+    @property
+    def reward(self) -> float:
+        """1 - size/baseline: positive when the policy beats -Oz on this module."""
+        assert self.size is not None, "a failed episode has no reward"
+        return 1.0 - self.size / self.baseline
+
+
+def inputs(features: Sequence[str], episode: Episode) -> np.ndarray:
+    """Raw (n, f) matrix of a recorded episode's call sites, columns in `features` order."""
+    if episode.features is None or episode.actions is None:
+        raise ValueError(f"episode {episode.module} was not recorded")
+    n = len(episode.actions)
+    cols = [np.asarray(episode.features[f]).reshape(-1) for f in features] if n else []
+    return np.stack(cols, axis=1) if cols else np.zeros((n, len(features)))
+
+
+def size_change(episodes: Sequence[Episode]) -> float:
+    """Total size over total -Oz size, minus 1, over the successful episodes (0 if none)."""
+    ok = [e for e in episodes if e.ok]
+    base = sum(e.baseline for e in ok)
+    return sum(e.size or 0 for e in ok) / base - 1.0 if base else 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class Demonstrations:
+    """Decisions of clang's own heuristic: raw features and the decision it took."""
+
+    x: np.ndarray  # (n, f) raw features, columns in the vocab's input order
+    y: np.ndarray  # (n,) 0/1: `inlining_default`
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass
+class RunStats:
+    """Counters for the scalars: reset by the trainer every iteration."""
+
+    compiles: int = 0
+    failures: int = 0
+    decisions: int = 0
+    seconds: float = 0.0
+
+    def as_scalars(self) -> dict[str, float]:
+        return {
+            "compiles": float(self.compiles),
+            "failures": float(self.failures),
+            "decisions_per_second": self.decisions / self.seconds if self.seconds else 0.0,
+        }
+
+
+@dataclass
+class TrainEnv:
+    """Training modules, their -Oz sizes, and a way to compile them with policies."""
+
+    executor: Executor
+    spec: WorkSpec  # compiler, timeout, flag edits; the policy is filled in per run
+    jobs: Mapping[str, CompileJob]  # every module the env may compile, by name
+    baselines: Mapping[str, int]  # -Oz bytes per module (modules without one are skipped)
+    stats: RunStats = field(default_factory=RunStats)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Modules usable for training: sorted, so sampling from them is reproducible."""
+        # a module with no .text (0 bytes at -Oz) has no relative size change
+        return tuple(sorted(n for n in self.jobs if self.baselines.get(n, 0) > 0))
+
+    def sample_modules(self, rng: np.random.Generator, n: int) -> list[str]:
+        """`n` distinct modules (all of them if there are fewer), in sorted order."""
+        names = self.names
+        if n >= len(names):
+            return list(names)
+        picked = rng.choice(len(names), size=n, replace=False)
+        return sorted(names[i] for i in picked)
+
+    def run(
+        self, members: Sequence[Policy], modules: Sequence[str], *, record: bool = False
+    ) -> list[Episode]:
+        """Compile every module with every member; episodes sorted by (module, member).
+
+        Results arrive in completion order; sorting makes every later computation
+        independent of worker timing.
+        """
+        jobs = [tag_job(self.jobs[m], k) for m in modules for k in range(len(members))]
+        spec = replace(self.spec, policy=PolicyBatch(tuple(members)), record=record)
+        started = time.monotonic()
+        results = sorted(self.executor.run(spec, jobs), key=lambda r: untag(r.module))
+        self.stats.seconds += time.monotonic() - started
+        episodes = []
+        for res in results:
+            module, k = untag(res.module)
+            features: Mapping[str, np.ndarray] | None = None
+            actions = None
+            if record and res.ok:
+                if res.trajectory is not None:
+                    features = res.trajectory.features
+                    actions = np.asarray(res.trajectory.advice).reshape(-1).astype(np.int64)
+                else:  # no inlinable call site: an episode without decisions
+                    features, actions = {}, np.zeros(0, dtype=np.int64)
+            episodes.append(Episode(
+                module=module, member=k, baseline=self.baselines[module], size=res.size,
+                decisions=res.decisions, features=features, actions=actions,
+                error=res.error or (None if res.size is not None else "no size"),
+            ))
+            self.stats.compiles += 1
+            self.stats.decisions += res.decisions
+            self.stats.failures += 0 if episodes[-1].ok else 1
+        return episodes
+
+    def evaluate(self, policy: Policy, modules: Sequence[str]) -> float:
+        """Total size change vs -Oz of `policy` on `modules` (failures left out)."""
+        return size_change(self.run([policy], modules))

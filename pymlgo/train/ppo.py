@@ -1,0 +1,152 @@
+"""Policy gradient with PPO's clipped objective, as MLGO trains its inliner.
+
+Each iteration:
+1. sample a batch of training modules; compile each `samples_per_module` times with the
+   *sampling* policy (inline with probability P(inline), a fresh seed per sample), recording
+   every call site's features and the decision taken;
+2. reward per module compile (one episode; the reward arrives at the end):
+   r = 1 - size / size(-Oz); every decision of the episode gets the advantage r - b, where
+   the baseline b is the mean reward of the module's other samples this iteration
+   (`group`), a per-module moving average of its past rewards (`moving_average`, starting
+   at 0 = the -Oz size), or 0 (`oz`);
+3. `epochs` passes of minibatch Adam on the clipped surrogate
+   -min(ratio * A, clip(ratio, 1 - c, 1 + c) * A), ratio = pi(a|s) / pi_old(a|s), where
+   pi_old is the policy that sampled (its log-probs come from the numpy policy that ran in
+   the workers, so the ratio starts at 1).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pymlgo.policy.inlining import InliningPolicy
+from pymlgo.train.config import PPOConfig
+from pymlgo.train.env import Episode, TrainEnv, inputs, size_change
+from pymlgo.train.nets import MLP, tensor
+
+_LOG_EPS = 1e-7  # keeps log(p) finite for a saturated sigmoid
+
+
+class PPO:
+    def __init__(self, cfg: PPOConfig, policy: InliningPolicy, seed: int) -> None:
+        if cfg.baseline == "group" and cfg.samples_per_module < 2:
+            raise ValueError("ppo.baseline = 'group' needs samples_per_module >= 2")
+        self.cfg = cfg
+        self.template = policy.greedy()
+        self.net = MLP.from_params(policy.params)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate)
+        self.rng = np.random.default_rng(seed)
+        self.moving: dict[str, float] = {}  # module -> moving-average reward
+
+    def policy(self) -> InliningPolicy:
+        return self.template.with_params(self.net.to_params())
+
+    def iterate(self, env: TrainEnv, iteration: int) -> dict[str, float]:
+        cfg = self.cfg
+        modules = env.sample_modules(self.rng, cfg.modules_per_iteration)
+        behaviour = self.policy()
+        seeds = self.rng.integers(0, 2**62, size=cfg.samples_per_module)
+        episodes = env.run([behaviour.sampling(int(s)) for s in seeds], modules, record=True)
+        ok = [e for e in episodes if e.ok]
+        if not ok:
+            return {"ppo/episodes": 0.0}
+
+        advantages = self._advantages(ok)
+        xs, acts, advs = [], [], []
+        for e in ok:
+            assert e.actions is not None
+            xs.append(inputs(behaviour.required_features, e))
+            acts.append(e.actions)
+            advs.append(np.full(len(e.actions), advantages[id(e)]))
+        x_raw = np.concatenate(xs)
+        actions = np.concatenate(acts).astype(np.float32)
+        adv = np.concatenate(advs)
+        p_old = behaviour.probabilities(x_raw).astype(np.float64)
+        logp_old = np.log(np.where(actions > 0, p_old, 1.0 - p_old) + _LOG_EPS)
+        if cfg.normalize_advantages and len(adv) > 1 and adv.std() > 0:
+            adv = (adv - adv.mean()) / adv.std()
+        stats = self._update(tensor(behaviour.vocab.normalize(x_raw)), tensor(actions),
+                             tensor(logp_old), tensor(adv))
+
+        rewards = [e.reward for e in ok]
+        return {
+            "reward/train": float(np.mean(rewards)),
+            "size_change/train": size_change(ok),  # of the sampling policy
+            "ppo/decisions": float(len(actions)),
+            "ppo/inline_rate": float(actions.mean()) if len(actions) else 0.0,
+            **stats,
+        }
+
+    def _advantages(self, ok: list[Episode]) -> dict[int, float]:
+        """Episode id -> reward minus its baseline; updates the moving averages."""
+        cfg = self.cfg
+        by_module: dict[str, list[Episode]] = defaultdict(list)
+        for e in ok:
+            by_module[e.module].append(e)
+        out: dict[int, float] = {}
+        for module, eps in by_module.items():
+            rewards = np.array([e.reward for e in eps])
+            if cfg.baseline == "group":
+                # leave-one-out mean: the baseline must not depend on the episode's own action
+                others = (rewards.sum() - rewards) / max(len(rewards) - 1, 1)
+                base = others if len(rewards) > 1 else np.zeros_like(rewards)
+            elif cfg.baseline == "moving_average":
+                base = np.full_like(rewards, self.moving.get(module, 0.0))
+            else:
+                base = np.zeros_like(rewards)
+            for e, a in zip(eps, rewards - base, strict=True):
+                out[id(e)] = float(a)
+            d = cfg.moving_average_decay
+            self.moving[module] = d * self.moving.get(module, 0.0) + (1 - d) * rewards.mean()
+        return out
+
+    def _update(self, x: torch.Tensor, actions: torch.Tensor, logp_old: torch.Tensor,
+                adv: torch.Tensor) -> dict[str, float]:
+        cfg = self.cfg
+        n = len(actions)
+        losses, clipped, kls, entropies = [], [], [], []
+        for _ in range(cfg.epochs):
+            order = torch.from_numpy(self.rng.permutation(n))
+            for start in range(0, n, cfg.minibatch_size):
+                idx = order[start : start + cfg.minibatch_size]
+                logits = self.net(x[idx])[:, 0]
+                # log pi(a|s) for a Bernoulli(sigmoid(logit)) is -BCE(logit, a)
+                logp = -F.binary_cross_entropy_with_logits(logits, actions[idx],
+                                                           reduction="none")
+                ratio = torch.exp(logp - logp_old[idx])
+                a = adv[idx]
+                surrogate = torch.min(ratio * a,
+                                      torch.clamp(ratio, 1 - cfg.clip, 1 + cfg.clip) * a)
+                p = torch.sigmoid(logits)
+                entropy = -(p * F.logsigmoid(logits) + (1 - p) * F.logsigmoid(-logits))
+                loss = -surrogate.mean() - cfg.entropy_coef * entropy.mean()
+                self.opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.net.parameters(), cfg.max_grad_norm)
+                self.opt.step()
+                with torch.no_grad():
+                    losses.append(loss.item())
+                    clipped.append(float(((ratio - 1).abs() > cfg.clip).float().mean()))
+                    kls.append(float((logp_old[idx] - logp).mean()))
+                    entropies.append(float(entropy.mean()))
+        return {
+            "ppo/loss": float(np.mean(losses)) if losses else 0.0,
+            "ppo/clip_fraction": float(np.mean(clipped)) if clipped else 0.0,
+            "ppo/approx_kl": float(np.mean(kls)) if kls else 0.0,
+            "ppo/entropy": float(np.mean(entropies)) if entropies else 0.0,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "opt": self.opt.state_dict(),
+                "rng": self.rng.bit_generator.state, "moving": dict(self.moving)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.opt.load_state_dict(state["opt"])
+        self.rng.bit_generator.state = state["rng"]
+        self.moving = dict(state["moving"])

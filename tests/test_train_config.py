@@ -1,0 +1,106 @@
+"""Training configuration: typed dataclasses, TOML with unknown keys rejected, CLI on top."""
+
+from __future__ import annotations
+
+import pytest
+
+from pymlgo.cli.main import build_parser
+from pymlgo.cli.train import config_from_args
+from pymlgo.train.config import (
+    DEFAULT_ITERATIONS,
+    ConfigError,
+    TrainConfig,
+    load_config,
+    make_config,
+    to_dict,
+)
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    return path
+
+
+def test_toml_sets_nested_tables_and_keeps_defaults_elsewhere(tmp_path):
+    cfg = load_config(write(tmp_path, """
+        algo = "ppo"
+        seed = 7
+        [split]
+        by = "package"
+        [ppo]
+        clip = 0.1
+        baseline = "moving_average"
+        [policy]
+        hidden = [16, 8]
+    """))
+    assert (cfg.algo, cfg.seed, cfg.split.by) == ("ppo", 7, "package")
+    assert cfg.ppo.clip == 0.1 and cfg.ppo.baseline == "moving_average"
+    assert cfg.policy.hidden == (16, 8)
+    assert cfg.es == TrainConfig().es
+
+
+@pytest.mark.parametrize("text, message", [
+    ('algo = "es"\nlearning_rate = 0.1', "unknown key.*learning_rate"),
+    ('[es]\npopulaton = 4', r"unknown key.*es\.populaton.*population"),
+    ('[esx]\npopulation = 4', "unknown key.*esx"),
+    ('[es]\npopulation = "many"', "es.population must be an integer"),
+    ('[es]\nrank_fitness = 1', "must be true or false"),
+    ('algo = "sgd"', "algo must be one of"),
+    ('[split]\nby = "file"', "split.by must be one of"),
+    ('[policy]\nhidden = 40', "policy.hidden must be a list"),
+    ('eval_every = 0', "eval_every must be >= 1"),
+])
+def test_a_bad_toml_value_or_unknown_key_is_an_error_naming_it(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, text))
+
+
+def test_integers_are_accepted_where_floats_are_expected():
+    cfg = make_config(es={"sigma": 1})
+    assert cfg.es.sigma == 1.0 and isinstance(cfg.es.sigma, float)
+
+
+def test_without_iterations_or_budget_the_default_iteration_count_applies():
+    assert make_config().max_iterations == DEFAULT_ITERATIONS
+    assert make_config(time_budget_minutes=2).max_iterations is None
+    assert make_config(iterations=3, time_budget_minutes=2).max_iterations == 3
+
+
+def test_identity_ignores_the_budget_so_a_resumed_run_may_extend_it():
+    a = make_config(iterations=3)
+    b = make_config(iterations=10, time_budget_minutes=5)
+    assert a.identity() == b.identity()
+    assert a.identity() != make_config(iterations=3, seed=1).identity()
+
+
+def test_config_round_trips_through_a_plain_dict():
+    cfg = make_config(algo="dqn", policy={"hidden": [8]}, dqn={"epsilon_start": 0.5})
+    assert make_config(**to_dict(cfg)) == cfg
+
+
+def parse_train(*argv: str):
+    return build_parser().parse_args(["train", "--output_dir", "out", *argv])
+
+
+def test_command_line_flags_override_the_config_file(tmp_path):
+    path = write(tmp_path, 'algo = "es"\nseed = 1\niterations = 5\n[es]\npopulation = 3')
+    cfg = config_from_args(parse_train("--config", str(path), "--seed", "9",
+                                       "--warmstart", "none"))
+    assert (cfg.algo, cfg.seed, cfg.iterations, cfg.es.population) == ("es", 9, 5, 3)
+    assert cfg.warmstart == ""
+
+
+def test_algo_must_come_from_the_flag_or_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="--algo"):
+        config_from_args(parse_train())
+    assert config_from_args(parse_train("--algo", "bc", "--time-budget", "2")).algo == "bc"
+
+
+def test_unknown_key_in_the_config_file_fails_mlgo_train(tmp_path, capsys):
+    from pymlgo.cli.main import main
+
+    path = write(tmp_path, 'algo = "es"\n[es]\nsgima = 0.1')
+    assert main(["train", "--config", str(path), "--output_dir", str(tmp_path / "o")]) == 2
+    assert "sgima" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
