@@ -44,7 +44,7 @@ Advise = Callable[[str, Observation, Header], int | float | np.ndarray]
 
 REWARD_SPEC = TensorSpec("reward", "float", (1,))
 
-_OPEN_RETRY_S = 0.005  # how often to retry opening `.in` while no reader is there yet
+_OPEN_RETRY_S = 0.001  # how often to retry opening `.in` while no reader is there yet
 _POLL_SLICE_S = 0.05  # how often to check that the compiler is still alive while waiting
 
 

@@ -171,6 +171,7 @@ class LogReader:
         context = ""
         awaiting_outcome: int | None = None  # last observation in this context w/o outcome
         header = self.header
+        layout = None if header is None else _layout(header.features)
         while True:
             start = self._src.offset
             line = self._src.readline()
@@ -179,6 +180,7 @@ class LogReader:
             obj = _parse_line(line, start)
             if header is None:
                 header = self.header = _parse_header(obj, start)
+                layout = _layout(header.features)
                 yield header
                 continue
             key, value = _single_event(obj, start)
@@ -189,9 +191,10 @@ class LogReader:
                 yield Context(value)
             elif key == "observation":
                 index = _event_index(value, key, start)
-                data = self._read_payload(header.observation_size, f"observation {index}")
+                assert layout is not None  # set with the header
+                data = self._read_payload(layout.size, f"observation {index}")
                 awaiting_outcome = index
-                yield Observation(index, _split_tensors(header.features, data))
+                yield Observation(index, _split_tensors(layout, data))
             else:
                 index = _event_index(value, key, start)
                 score = header.score
@@ -205,7 +208,7 @@ class LogReader:
                     )
                 data = self._read_payload(score.byte_size, f"outcome {index}")
                 awaiting_outcome = None
-                yield Outcome(index, _split_tensors((score,), data)[0])
+                yield Outcome(index, _split_tensors(_layout((score,)), data)[0])
 
     def _read_payload(self, size: int, what: str) -> bytes:
         start = self._src.offset
@@ -259,13 +262,40 @@ def _event_index(value: Any, key: str, start: int) -> int:
     return value
 
 
-def _split_tensors(specs: Sequence[TensorSpec], data: bytes) -> tuple[np.ndarray, ...]:
-    tensors, offset = [], 0
+@dataclass(frozen=True)
+class _Layout:
+    """Where each tensor sits in an observation's bytes: computed once per header, since the
+    channel splits thousands of observations per module; `size` is the byte count."""
+
+    slots: tuple[tuple[np.dtype[Any], int, tuple[int, ...], int], ...]  # dtype, count, shape, at
+    uniform: np.dtype[Any] | None  # the one dtype of all tensors, if they share one
+    size: int  # bytes of all tensors
+
+
+def _layout(specs: Sequence[TensorSpec]) -> _Layout:
+    slots, offset = [], 0
     for spec in specs:
-        arr = np.frombuffer(data, dtype=spec.dtype, count=spec.element_count, offset=offset)
-        tensors.append(arr.reshape(spec.shape))
+        slots.append((spec.dtype, spec.element_count, spec.shape, offset))
         offset += spec.byte_size
-    return tuple(tensors)
+    dtypes = {spec.dtype for spec in specs}
+    return _Layout(tuple(slots), dtypes.pop() if len(dtypes) == 1 else None, offset)
+
+
+def _split_tensors(layout: _Layout, data: bytes) -> tuple[np.ndarray, ...]:
+    if layout.uniform is not None:
+        # One buffer view sliced per tensor: several times faster than a view per tensor.
+        flat = np.frombuffer(data, dtype=layout.uniform)
+        size = layout.uniform.itemsize
+        return tuple(
+            flat[at // size : at // size + count]
+            if len(shape) == 1
+            else flat[at // size : at // size + count].reshape(shape)
+            for _, count, shape, at in layout.slots
+        )
+    return tuple(
+        np.frombuffer(data, dtype=dtype, count=count, offset=at).reshape(shape)
+        for dtype, count, shape, at in layout.slots
+    )
 
 
 def read_events(stream: BinaryIO) -> Iterator[Event]:
