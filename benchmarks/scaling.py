@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pymlgo.cli.common import resolve_corpus
+from pymlgo.evaluate.eval import corpus_jobs
 from pymlgo.problems.base import CompileJob
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.workers import Executor, WorkSpec, make_executor
@@ -30,23 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load_jobs(corpus: str) -> tuple[str, list[CompileJob]]:
-    """The demo corpus (or a corpus dir); without the corpus code, a few C files here."""
-    try:
-        from pymlgo.corpus.format import load_corpus
-        from pymlgo.evaluate.eval import corpus_jobs
-
-        if corpus == "demo":
-            from pymlgo.corpus.demo import ensure_demo_corpus
-
-            return "demo", corpus_jobs(load_corpus(ensure_demo_corpus(progress=False)))
-        return corpus, corpus_jobs(load_corpus(corpus))
-    except ImportError:
-        from pymlgo.toolchain.compiler import find_compiler
-        from tests.workers_support import DATA, compile_to_jobs
-
-        out = Path(tempfile.mkdtemp(prefix="mlgo-bench-"))
-        srcs = sorted([*(DATA / "workers").glob("*.c"), *(DATA / "minic").glob("*.c")])
-        return "tests/data", compile_to_jobs(find_compiler(None), srcs, out, "bench")
+    """The jobs of `corpus` ("demo" or a corpus dir)."""
+    return corpus, corpus_jobs(resolve_corpus(corpus))
 
 
 def measure(make: Callable[[], Executor], spec: WorkSpec, jobs: list[CompileJob],
