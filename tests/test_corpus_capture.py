@@ -95,6 +95,19 @@ def test_a_make_project_becomes_a_corpus_that_recompiles(captured: tuple[Path, P
         assert text_size(obj) > 0
 
 
+def test_a_captured_corpus_evaluates_and_default_equals_plain_oz(
+        captured: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "eval.json"
+    res = subprocess.run([sys.executable, "-m", "pymlgo.cli.main", "eval", "--corpus",
+                          str(captured[1]), "--policy", "default", "--json", str(out),
+                          "--workers", "1"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(out.read_text())
+    assert [m["name"] for m in report["modules"]] == MODULES
+    assert all(m["error"] is None and m["baseline_bytes"] > 0 for m in report["modules"])
+    assert all(m["policy_bytes"] == m["baseline_bytes"] for m in report["modules"])
+
+
 def test_captured_commands_have_the_fixed_target_and_baseline_cpu(
         captured: tuple[Path, Path]) -> None:
     corpus = load_corpus(captured[1])
