@@ -15,12 +15,12 @@ import shutil
 import statistics
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pymlgo.problems.base import CompileJob, Policy
-from pymlgo.problems.regalloc.compile import compile_with_policy
+from pymlgo.problems.base import CompileJob, ModuleResult, Policy
+from pymlgo.problems.regalloc.compile import CORRECTED_KEY, COST_KEY, compile_with_policy
 from pymlgo.toolchain import run
 from pymlgo.toolchain.compiler import Compiler
 
@@ -31,18 +31,43 @@ class ProgramError(RuntimeError):
     """A module failed to compile, the link failed, or the program failed its own check."""
 
 
+@dataclass(frozen=True)
+class BuiltObjects:
+    """Objects compiled with one policy, and what each compile reported."""
+
+    paths: tuple[Path, ...]
+    results: tuple[ModuleResult, ...]
+
+    @property
+    def decisions(self) -> int:
+        return sum(r.decisions for r in self.results)
+
+    @property
+    def invalid_advice(self) -> int:
+        return int(sum(r.extra.get(CORRECTED_KEY, 0.0) for r in self.results))
+
+    @property
+    def weighted_cost(self) -> float:
+        return float(sum(r.extra.get(COST_KEY, 0.0) for r in self.results))
+
+
 def build_objects(compiler: Compiler, jobs: Sequence[CompileJob], policy: Policy,
-                  out_dir: Path, *, timeout: float = 300.0) -> list[Path]:
-    """One object per job in `out_dir`, compiled with `policy` (stock: no channel)."""
+                  out_dir: Path, *, timeout: float = 300.0,
+                  on_result: Callable[[ModuleResult], None] | None = None) -> BuiltObjects:
+    """One object per job in `out_dir`, compiled with `policy` (stock: no channel), through
+    the training compile path; ProgramError names the first module that failed."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    objects = []
+    objects, results = [], []
     for job in jobs:
         obj = out_dir / (job.module.replace("/", "__") + ".o")
         res = compile_with_policy(compiler, job, policy, timeout=timeout, keep_object=obj)
+        if on_result is not None:
+            on_result(res)
         if not res.ok:
             raise ProgramError(f"{job.module}: {res.error}")
         objects.append(obj)
-    return objects
+        results.append(res)
+    return BuiltObjects(tuple(objects), tuple(results))
 
 
 def link_program(compiler: Compiler, driver: Path, objects: Sequence[Path], exe: Path,
