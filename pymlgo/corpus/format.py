@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pymlgo.corpus.allowlist import check_cc1_args, unsafe_driver_flags
 from pymlgo.corpus.command import FlagEdits, parse_cmd
 
 DESCRIPTION_FILE = "corpus_description.json"
@@ -209,8 +210,16 @@ def load_corpus(
     command_override: Sequence[str] | None = None,
     edits: FlagEdits | None = None,
     clang: str | os.PathLike[str] | None = None,
+    allow_flags: Sequence[str] = (),
 ) -> Corpus:
     """Read and validate a corpus; raise CorpusError naming the first problems found.
+
+    Every `.cmd` and the override must pass the cc1 flag allowlist
+    (`pymlgo.corpus.allowlist`): a flag that loads code, reads a file named by the corpus
+    or writes outside the compile's work dir is refused, naming it. `allow_flags` accepts
+    extra exact flags (or `-flag=` prefixes) the user has checked. The module files must
+    lie inside the corpus directory (no symlink out of it). `edits` come from the user and
+    are applied after the check.
 
     `command_override` replaces the corpus' own `global_command_override` (and every `.cmd`).
     An override written as clang *driver* flags (as mlgo-utils' `make_corpus --default_args`
@@ -238,7 +247,14 @@ def load_corpus(
             f"{root / DESCRIPTION_FILE}: global_command_override is the placeholder "
             f"{list(UNSPECIFIED_OVERRIDE)}; fill in the compile flags for the modules"
         )
-    override_cc1 = None if override is None else _override_as_cc1(override, clang)
+    override_cc1 = None
+    if override is not None:
+        override_cc1 = _override_as_cc1(override, clang)
+        origin = "command override" if command_override is not None else (
+            f"{root / DESCRIPTION_FILE}: global_command_override")
+        _check_flags(override_cc1, origin, recorded=False, thinlto=has_thinlto,
+                     allow_flags=allow_flags)
+    real_root = root.resolve()
 
     problems: list[str] = []
     modules: list[Module] = []
@@ -247,9 +263,17 @@ def load_corpus(
         if not bc.is_file():
             problems.append(f"{name}: missing {bc.name}")
             continue
+        if not _inside(bc, real_root):
+            problems.append(f"{name}: {bc.name} resolves to {bc.resolve()}, outside the corpus "
+                            "directory (a symlink out of the corpus)")
+            continue
         index = root / (name + THINLTO_SUFFIX) if has_thinlto else None
         if index is not None and not index.is_file():
             problems.append(f"{name}: has_thinlto is set but {index.name} is missing")
+            continue
+        if index is not None and not _inside(index, real_root):
+            problems.append(f"{name}: {index.name} resolves to {index.resolve()}, outside the "
+                            "corpus directory (a symlink out of the corpus)")
             continue
         if override_cc1 is not None:
             cmd = override_cc1
@@ -258,10 +282,20 @@ def load_corpus(
             if not cmd_path.is_file():
                 problems.append(f"{name}: missing {cmd_path.name} (and no global_command_override)")
                 continue
+            if not _inside(cmd_path, real_root):
+                problems.append(f"{name}: {cmd_path.name} resolves to {cmd_path.resolve()}, "
+                                "outside the corpus directory (a symlink out of the corpus)")
+                continue
             cmd = parse_cmd(cmd_path.read_bytes())
             if not cmd or cmd[0] != "-cc1":
                 shown = " ".join(cmd[:3]) if cmd else "an empty command"
                 problems.append(f"{name}: {cmd_path.name} must start with -cc1, found {shown!r}")
+                continue
+            try:
+                _check_flags(cmd, f"{name}: {cmd_path.name}", recorded=True,
+                             thinlto=has_thinlto, allow_flags=allow_flags)
+            except CorpusError as exc:
+                problems.append(str(exc))
                 continue
         if index is not None:
             cmd = _point_at_index(cmd, index)
@@ -281,6 +315,22 @@ def load_corpus(
     )
 
 
+def _inside(path: Path, real_root: Path) -> bool:
+    """`path`, symlinks resolved, lies under the (resolved) corpus root."""
+    return path.resolve().is_relative_to(real_root)
+
+
+def _check_flags(
+    cmd: Sequence[str], origin: str, *, recorded: bool, thinlto: bool,
+    allow_flags: Sequence[str],
+) -> None:
+    try:
+        check_cc1_args(cmd, origin=origin, recorded=recorded, thinlto=thinlto,
+                       extra_allowed=allow_flags)
+    except ValueError as exc:
+        raise CorpusError(str(exc)) from exc
+
+
 def _point_at_index(cmd: tuple[str, ...], index: Path) -> tuple[str, ...]:
     """The recorded -fthinlto-index names a file in the build tree; use the corpus copy.
 
@@ -295,6 +345,12 @@ def _override_as_cc1(
 ) -> tuple[str, ...]:
     if override and override[0] == "-cc1":
         return override
+    refused = unsafe_driver_flags(override)
+    if refused:
+        # Checked before clang's driver sees them: it would expand @FILE itself.
+        raise CorpusError(
+            "global_command_override: refused flag(s): " + "; ".join(map(str, refused[:5]))
+        )
     return driver_to_cc1(override, clang=None if clang is None else str(clang))
 
 
