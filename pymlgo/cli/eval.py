@@ -34,8 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="default (clang's heuristic through the channel), never, always, "
         "random:P[:SEED], pretrained:NAME, or a saved policy directory (default: default)",
     )
-    p.add_argument("--problem", default="inlining", choices=["inlining"],
-                   help="which optimization the policy drives (default: inlining)")
+    p.add_argument("--problem", default="inlining", choices=["inlining", "regalloc"],
+                   help="which optimization the policy drives (default: inlining). "
+                   "regalloc: -O2 with POLICY answering the register allocator's eviction "
+                   "advisor (default = the stock advisor, random[:SEED], no-evict, heuristic, "
+                   "priority:size, priority:random[:SEED], or a saved regalloc policy "
+                   "directory); the report adds the allocator's weighted spill/reload/copy "
+                   "cost (baseline_cost, policy_cost, cost_change)")
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic policies")
     p.add_argument("--json", type=Path, default=None, metavar="OUT",
                    help="also write the full report as JSON to OUT")
@@ -45,6 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.problem == "regalloc":
+        from pymlgo.cli.regalloc import run_eval
+
+        return run_eval(args)
     try:
         compiler = find_compiler(args.clang)
         policy = load_policy(args.policy, problem=args.problem, seed=args.seed)

@@ -48,6 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
                    help="TOML file with TrainConfig fields ([split], [policy], [bc], [ppo], "
                    "[es], [dqn] tables); unknown keys are an error; flags override it")
+    p.add_argument("--problem", default="inlining", choices=["inlining", "regalloc"],
+                   help="inlining (default), or regalloc: train the register allocator's "
+                   "eviction policy (--algo es or ppo) on the weighted spill/reload/copy "
+                   "cost from its remarks; writes best/, final/, scalars.jsonl, split.json")
     p.add_argument("--no-tensorboard", dest="tensorboard", action="store_false",
                    help="write scalars.jsonl only")
     common.add_worker_args(p)
@@ -81,6 +85,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.problem == "regalloc":
+        from pymlgo.cli.regalloc import run_train
+
+        return run_train(args)
     from pymlgo.corpus.format import CorpusError
     from pymlgo.policy.store import PolicyLoadError
     from pymlgo.toolchain.compiler import CompilerError
