@@ -43,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_make(sub)
     _add_combine(sub)
     _add_demo(sub)
+    _add_debian(sub)
     _add_info(sub)
 
 
@@ -183,6 +184,36 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run_demo)
 
 
+def _add_debian(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from pymlgo.corpus.debian import DEFAULT_ORDER
+
+    p = sub.add_parser(
+        "debian",
+        help="corpora from Debian source packages (apt-get source + a library build)",
+        description=(
+            "For each PKG: fetch the Debian source package with `apt-get source` (once, into "
+            "$MLGO_CACHE_DIR/src or ~/.cache/pymlgo/src; needs a deb-src line in the APT "
+            "sources), build its library only (no tests, tools or docs; static; -Oz) with a "
+            "built-in recipe through `corpus capture`, and write the sub-corpus OUTPUT_DIR/PKG/. "
+            "Then all sub-corpora are combined into OUTPUT_DIR, so module names start with "
+            "their package. Packages already built with the same recipe and compiler are "
+            "skipped; a failing package is reported and the others go on (exit code 1 at the "
+            "end). Build logs go to OUTPUT_DIR/_logs/PKG.log. Packages with a recipe: "
+            + ", ".join(DEFAULT_ORDER) + "."
+        ),
+        epilog="example: nice -n 10 mlgo corpus debian zlib expat --output_dir corpora/debian",
+    )
+    p.add_argument("packages", nargs="+", metavar="PKG",
+                   help="Debian source package names, built in the order given")
+    p.add_argument("--output_dir", required=True, metavar="D", help="corpus directory")
+    p.add_argument("--jobs", type=int, default=2, metavar="N",
+                   help="parallel compile jobs per build (default: 2)")
+    p.add_argument("--clang", default=None, metavar="PATH",
+                   help="compile with this clang (>= 17) instead of the bundled zig clang")
+    p.add_argument("--no_progress", action="store_true", help="no progress messages")
+    p.set_defaults(func=run_debian)
+
+
 def _add_info(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "info",
@@ -303,6 +334,30 @@ def run_demo(args: argparse.Namespace) -> int:
         return 0
 
     return _guarded("demo", body)
+
+
+def run_debian(args: argparse.Namespace) -> int:
+    from pymlgo.corpus.debian import DebianConfig, build_debian_corpora
+
+    def body() -> int:
+        if args.jobs < 1:
+            raise CorpusError("--jobs must be at least 1")
+        results = build_debian_corpora(
+            args.packages,
+            DebianConfig(output_dir=Path(args.output_dir), jobs=args.jobs, clang=args.clang,
+                         progress=not args.no_progress),
+        )
+        for r in results:
+            line = f"  {r.package:15} {r.status:7} {r.modules:5} modules {r.seconds / 60:6.1f} min"
+            print(line, file=sys.stderr)
+        failed = [r.package for r in results if r.status == "failed"]
+        if failed:
+            print(f"mlgo corpus debian: failed: {', '.join(failed)} (see "
+                  f"{Path(args.output_dir).absolute()}/_logs/)", file=sys.stderr)
+        print(Path(args.output_dir).absolute())
+        return 1 if failed else 0
+
+    return _guarded("debian", body)
 
 
 def run_info(args: argparse.Namespace) -> int:

@@ -1,0 +1,196 @@
+"""`mlgo corpus debian`: Debian source packages become per-package sub-corpora, combined."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pymlgo.corpus.command import parse_cmd
+from pymlgo.corpus.debian import (
+    BUILD_DIR,
+    DEFAULT_ORDER,
+    INFO_FILE,
+    OPT_LEVEL,
+    RECIPES,
+    DebianConfig,
+    DebianError,
+    Recipe,
+    build_debian_corpora,
+    cmake,
+    fetch_source,
+)
+from pymlgo.corpus.format import load_corpus
+
+ALLOWED_C = {"zlib", "libpng1.6", "expat", "pcre2", "libyaml", "cjson", "jansson", "giflib",
+             "libwebp", "libjpeg-turbo", "libxml2", "openssl"}
+ALLOWED_CXX = {"fmtlib", "googletest", "snappy", "leveldb", "protobuf"}
+
+# A tiny "source package": a library of two units, a test program that must not be built,
+# and a header it takes from a dependency's source tree.
+TINY = {
+    "debian/control": "Source: tiny\n",
+    "Makefile": "OBJS = src/add.o src/mul.o\n"
+                "libtiny.a: $(OBJS)\n\tar rcs $@ $(OBJS)\n"
+                "src/%.o: src/%.c\n\t$(CC) $(CFLAGS) -I$(DEP) -c $< -o $@\n"
+                "check: tests/t.o\n",
+    "src/add.c": '#include "dep.h"\nint tiny_add(int a, int b) { return a + b + DEP_BIAS; }\n',
+    "src/mul.c": "static int sq(int x) { return x * x; }\n"
+                 "int tiny_mul(int a, int b) { return a * b + sq(a); }\n",
+    "tests/t.c": "int main(void) { return 0; }\n",
+}
+DEP = {"debian/control": "Source: dep\n", "dep.h": "#define DEP_BIAS 1\n"}
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def tiny_recipes() -> dict[str, Recipe]:
+    return {
+        "tiny": Recipe("tiny", "c", (("make", "-j{jobs}", "DEP={dep_dep}", "libtiny.a"),),
+                       deps=("dep",)),
+        "broken": Recipe("broken", "c", (("make", "no-such-target"),)),
+    }
+
+
+@pytest.fixture()
+def src_cache(tmp_path: Path) -> Path:
+    cache = tmp_path / "src"
+    write_tree(cache / "tiny" / "tiny-1.0", TINY)
+    write_tree(cache / "dep" / "dep-2.0", DEP)
+    write_tree(cache / "broken" / "broken-0.1", {"debian/control": "", "Makefile": "all:\n"})
+    return cache
+
+
+def test_recipes_cover_exactly_the_allowed_training_packages() -> None:
+    assert set(RECIPES) == ALLOWED_C | ALLOWED_CXX
+    assert set(DEFAULT_ORDER) == set(RECIPES) and len(DEFAULT_ORDER) == len(RECIPES)
+    assert {p for p, r in RECIPES.items() if r.language == "c++"} == ALLOWED_CXX
+    for recipe in RECIPES.values():
+        assert set(recipe.deps) <= set(RECIPES)
+        flat = [a for step in recipe.steps for a in step]
+        # Every recipe builds at -Oz: through CMake's MinSizeRel flags, or CFLAGS for the
+        # configure/make ones (set by build_package, or by the recipe's own env).
+        assert any(OPT_LEVEL in a for a in flat) or recipe.steps[0][0] != "cmake"
+        if recipe.steps[0][0] == "cmake":
+            assert "-DBUILD_SHARED_LIBS=OFF" in flat and "-DBUILD_TESTING=OFF" in flat
+
+
+def test_recipe_key_changes_with_the_recipe() -> None:
+    a = Recipe("x", "c", (("make",),))
+    assert a.key() == Recipe("x", "c", (("make",),)).key()
+    assert a.key() != Recipe("x", "c", (("make", "-j2"),)).key()
+
+
+def test_a_package_becomes_a_sub_corpus_named_by_the_package(
+    src_cache: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "corpora"
+    config = DebianConfig(output_dir=out, jobs=2, src_cache=src_cache,
+                          build_root=tmp_path / "build", progress=False)
+    results = build_debian_corpora(["broken", "tiny"], config, recipes=tiny_recipes(),
+                                   fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    # The failing package is reported and the next one still builds.
+    assert [(r.package, r.status) for r in results] == [("broken", "failed"), ("tiny", "built")]
+    assert "no-such-target" in results[0].error
+    assert results[1].modules == 2
+
+    corpus = load_corpus(out)  # the combined corpus
+    assert [m.name for m in corpus.modules] == ["tiny/src/add", "tiny/src/mul"]
+    assert corpus.packages == ("tiny",)  # the test program was not built
+    sub = load_corpus(out / "tiny")
+    for module in sub.modules:
+        cmd = parse_cmd((out / "tiny" / f"{module.name}.cmd").read_bytes())
+        assert cmd[0] == "-cc1"
+        assert cmd[cmd.index("-target-cpu") + 1] == "x86-64"  # baseline, not the host's CPU
+        assert "-Os" in cmd  # what the driver passes to cc1 for -Oz
+        assert module.read_bitcode()[:4] == b"BC\xc0\xde"
+    info = json.loads((out / "tiny" / INFO_FILE).read_text())
+    assert info["modules"] == 2 and info["recipe"] == tiny_recipes()["tiny"].key()
+    assert (out / "_logs" / "broken.log").is_file()
+    assert not (tmp_path / "build" / "tiny").exists()  # the scratch copy is gone
+
+    # Built packages are skipped on the next run; a changed recipe rebuilds.
+    again = build_debian_corpora(["tiny"], config, recipes=tiny_recipes())
+    assert [(r.package, r.status, r.modules) for r in again] == [("tiny", "cached", 2)]
+    changed = {"tiny": Recipe("tiny", "c", (("make", "-j1", "DEP={dep_dep}", "libtiny.a"),),
+                              deps=("dep",))}
+    assert build_debian_corpora(["tiny"], config, recipes=changed)[0].status == "built"
+
+
+def test_a_cmake_recipe_builds_only_its_library_at_oz(tmp_path: Path) -> None:
+    tree = write_tree(tmp_path / "src" / "cm" / "cm-1.0", {
+        "debian/control": "",
+        "CMakeLists.txt": "cmake_minimum_required(VERSION 3.10)\nproject(cm C)\n"
+                          "add_library(cm lib.c)\nadd_executable(cmtest t.c)\n",
+        "lib.c": "int cm_f(int x) { return x * 3; }\n",
+        "t.c": "int main(void) { return 0; }\n",
+    })
+    assert tree.is_dir()
+    out = tmp_path / "corpora"
+    recipes = {"cm": Recipe("cm", "c", cmake(targets=("cm",)))}
+    config = DebianConfig(output_dir=out, src_cache=tmp_path / "src",
+                          build_root=tmp_path / "build", progress=False)
+    (res,) = build_debian_corpora(["cm"], config, recipes=recipes,
+                                  fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    assert res.status == "built", res.error
+    corpus = load_corpus(out)
+    assert [m.name for m in corpus.modules] == [f"cm/{BUILD_DIR}/CMakeFiles/cm.dir/lib.c"]
+    cmd = parse_cmd((out / "cm" / f"{BUILD_DIR}/CMakeFiles/cm.dir/lib.c.cmd").read_bytes())
+    assert "-Os" in cmd and "NDEBUG" in cmd
+
+
+@pytest.mark.skipif(not (Path.home() / ".cache/pymlgo/src/zlib").is_dir(),
+                    reason="needs the cached zlib source package (apt-get source zlib)")
+def test_the_real_zlib_recipe_builds_zlib_library(tmp_path: Path) -> None:
+    out = tmp_path / "corpora"
+    config = DebianConfig(output_dir=out, src_cache=Path.home() / ".cache/pymlgo/src",
+                          build_root=tmp_path / "build", progress=False)
+    (res,) = build_debian_corpora(["zlib"], config)
+    assert res.status == "built", res.error
+    names = {m.name for m in load_corpus(out).modules}
+    assert {"zlib/deflate", "zlib/inflate", "zlib/adler32"} <= names
+    assert all(n.startswith("zlib/") and "example" not in n for n in names)
+
+
+def test_without_apt_get_or_deb_src_the_error_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    with pytest.raises(DebianError, match="apt-get is not available"):
+        fetch_source("zlib", tmp_path / "src")
+    # An apt-get whose sources have no deb-src line answers like this one.
+    for name, body in (
+        ("apt-get", "echo \"E: You must put some 'deb-src' URIs in your sources.list\" >&2\n"
+                    "exit 100\n"),
+        ("dpkg-source", "exit 0\n"),
+    ):
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin:/bin")
+    if shutil.which("apt-get") != str(bin_dir / "apt-get"):
+        pytest.skip("cannot put a stand-in apt-get first in PATH")
+    with pytest.raises(DebianError, match="deb-src http://deb.debian.org"):
+        fetch_source("zlib", tmp_path / "src")
+    assert not any((tmp_path / "src").iterdir())  # nothing half-fetched is left
+
+
+def test_cli_rejects_a_package_without_recipe(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pymlgo.cli.corpus", "debian", "no-such-package",
+         "--output_dir", str(tmp_path / "c")],
+        capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 1
+    assert "no recipe for no-such-package" in proc.stderr
