@@ -1,0 +1,87 @@
+"""`pymlgo/Inlining-v0`: answer clang's inliner, call site by call site, on -Oz compiles.
+
+Observation: every feature of the compiler's header except `inlining_default` (a `Dict` of
+`Box`es, raw values); that one is `info["default_action"]`, clang's own decision, so an
+agent can imitate or deviate from it. Action: `Discrete(2)`, 1 = inline. The final reward
+is MLGO's `1 - size / baseline` in `.text` bytes, the baseline being the module's plain
+-Oz size (the same cached number `mlgo eval` compares with).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from pymlgo.corpus.command import recompile_args
+from pymlgo.env.base import CompilerEnv
+from pymlgo.env.session import CompilerSession
+from pymlgo.evaluate.baseline import BaselineCache, baseline_key
+from pymlgo.problems.base import CompileJob
+from pymlgo.problems.inlining.compile import OPT_LEVEL, channel_flags, compile_baseline
+from pymlgo.protocol.log import Header, Observation
+from pymlgo.toolchain.elf import text_size
+from pymlgo.workers.protocol import WorkSpec
+
+DEFAULT_FEATURE = "inlining_default"
+_ALL_VALID = np.ones(2, dtype=np.int8)
+
+
+class InliningEnv(CompilerEnv):
+    hidden_features = (DEFAULT_FEATURE,)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._baselines: dict[str, int] = {}
+        super().__init__(*args, **kwargs)
+        self._cache = BaselineCache()
+        self._spec = WorkSpec(problem="inlining",
+                              clang=None if self.compiler.bundled else str(self.compiler.path))
+
+    def command(self, job: CompileJob, session: CompilerSession) -> list[str]:
+        bc, obj = session.tmp / "module.bc", session.tmp / "module.o"
+        bc.write_bytes(job.bitcode)
+        return [
+            *self.compiler.clang_argv,
+            *recompile_args(job.cmd, input_bc=str(bc), output_obj=str(obj), opt_level=OPT_LEVEL),
+            *channel_flags(session.base),
+        ]
+
+    def make_action_space(self, header: Header) -> spaces.Discrete:
+        return spaces.Discrete(2)
+
+    def action_mask(self, obs: Observation | None) -> np.ndarray:
+        return _ALL_VALID.copy()
+
+    def default_action(self, obs: Observation) -> int | None:
+        at = self._at.get(DEFAULT_FEATURE)
+        return None if at is None else int(obs.tensors[at].reshape(-1)[0] != 0)
+
+    def to_advice(self, action: int, obs: Observation) -> tuple[int, bool]:
+        if action not in (0, 1):
+            raise ValueError(f"inlining action must be 0 or 1, got {action}")
+        return action, False
+
+    def baseline_size(self, job: CompileJob) -> int:
+        """The module's plain -Oz `.text` bytes (disk cache shared with `mlgo eval`)."""
+        if job.module in self._baselines:
+            return self._baselines[job.module]
+        key = baseline_key(self.compiler, self._spec, job)
+        size = self._cache.get(key)
+        if size is None:
+            res = compile_baseline(self.compiler, job, timeout=self.config.timeout)
+            if res.size is None:
+                raise RuntimeError(f"-Oz baseline of {job.module} failed: {res.error}")
+            size = res.size
+            self._cache.put(key, size)
+        self._baselines[job.module] = size
+        return size
+
+    def final_info(self, job: CompileJob, session: CompilerSession) -> tuple[float, dict[str, Any]]:
+        size = text_size(session.tmp / "module.o")
+        baseline = self.baseline_size(job)
+        return 1.0 - size / baseline, {
+            "size": size,
+            "baseline_size": baseline,
+            "size_change": size / baseline - 1.0,
+        }
