@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,22 +53,28 @@ class BuiltObjects:
 
 
 def build_objects(compiler: Compiler, jobs: Sequence[CompileJob], policy: Policy,
-                  out_dir: Path, *, timeout: float = 300.0,
+                  out_dir: Path, *, timeout: float = 300.0, threads: int = 1,
                   on_result: Callable[[ModuleResult], None] | None = None) -> BuiltObjects:
     """One object per job in `out_dir`, compiled with `policy` (stock: no channel), through
-    the training compile path; ProgramError names the first module that failed."""
+    the training compile path; ProgramError names the first module that failed.
+    `threads` compiles run at once (each is a clang process; the host side is light)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    objects, results = [], []
-    for job in jobs:
-        obj = out_dir / (job.module.replace("/", "__") + ".o")
-        res = compile_with_policy(compiler, job, policy, timeout=timeout, keep_object=obj)
-        if on_result is not None:
-            on_result(res)
+    paths = [out_dir / (job.module.replace("/", "__") + ".o") for job in jobs]
+
+    def one(i: int) -> ModuleResult:
+        return compile_with_policy(compiler, jobs[i], policy, timeout=timeout,
+                                   keep_object=paths[i])
+
+    results: list[ModuleResult] = []
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        for res in pool.map(one, range(len(jobs))):
+            if on_result is not None:
+                on_result(res)
+            results.append(res)
+    for res in results:
         if not res.ok:
-            raise ProgramError(f"{job.module}: {res.error}")
-        objects.append(obj)
-        results.append(res)
-    return BuiltObjects(tuple(objects), tuple(results))
+            raise ProgramError(f"{res.module}: {res.error}")
+    return BuiltObjects(tuple(paths), tuple(results))
 
 
 def link_program(compiler: Compiler, driver: Path, objects: Sequence[Path], exe: Path,
@@ -125,19 +132,28 @@ def wall_seconds(argv: Sequence[str], repeat: int = 5) -> list[float]:
     return times
 
 
-def perf_cycles(argv: Sequence[str]) -> int | None:
-    """CPU cycles from `perf stat`, or None where perf or the counter is unavailable
-    (containers and VMs often have no hardware counters)."""
+def perf_counters(argv: Sequence[str]) -> dict[str, float | None]:
+    """`perf stat` cycles and task-clock (ms) of one run; None for what is unavailable
+    (no perf; VMs and containers often have no hardware counters, only software ones)."""
+    out: dict[str, float | None] = {"cycles": None, "task_clock_ms": None}
     if shutil.which("perf") is None:
-        return None
-    res = subprocess.run(["perf", "stat", "-x", ",", "-e", "cycles", *argv],
+        return out
+    res = subprocess.run(["perf", "stat", "-x", ",", "-e", "cycles,task-clock", *argv],
                          capture_output=True, text=True, check=False,
                          env={**os.environ, "LC_ALL": "C"})
     for line in res.stderr.splitlines():
         fields = line.split(",")
-        if len(fields) > 2 and fields[2] == "cycles" and fields[0].strip().isdigit():
-            return int(fields[0])
-    return None
+        if len(fields) < 3:
+            continue
+        try:
+            value = float(fields[0])
+        except ValueError:
+            continue  # "<not supported>" / "<not counted>"
+        if fields[2] == "cycles":
+            out["cycles"] = value
+        elif fields[2] == "task-clock":
+            out["task_clock_ms"] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -145,13 +161,15 @@ class Measurement:
     instructions: int
     wall_median_s: float
     wall_min_s: float
-    cycles: int | None
+    perf: dict[str, float | None]
     output: str
 
     def to_json(self) -> dict[str, object]:
         return {"callgrind_instructions": self.instructions,
                 "wall_median_s": self.wall_median_s, "wall_min_s": self.wall_min_s,
-                "perf_cycles": self.cycles, "output": self.output.strip()}
+                "perf_cycles": self.perf.get("cycles"),
+                "perf_task_clock_ms": self.perf.get("task_clock_ms"),
+                "output": self.output.strip()}
 
 
 def measure(argv: Sequence[str], work_dir: Path, *, repeat: int = 5,
@@ -164,6 +182,6 @@ def measure(argv: Sequence[str], work_dir: Path, *, repeat: int = 5,
         instructions=callgrind_instructions(callgrind_argv or argv, work_dir),
         wall_median_s=statistics.median(times),
         wall_min_s=min(times),
-        cycles=perf_cycles(argv),
+        perf=perf_counters(argv),
         output=output,
     )

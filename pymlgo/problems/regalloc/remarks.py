@@ -92,8 +92,8 @@ class SpillStats:
     copies_cost: float = 0.0
 
     def __add__(self, other: SpillStats) -> SpillStats:
-        return SpillStats(*(a + b for a, b in zip(dataclasses.astuple(self),
-                                                  dataclasses.astuple(other), strict=True)))
+        # getattr over field names: dataclasses.astuple deep-copies and dominated parsing
+        return SpillStats(*(getattr(self, n) + getattr(other, n) for n in _FIELD_NAMES))
 
     def weighted_cost(self, weights: CostWeights = DEFAULT_WEIGHTS) -> float:
         """Block-frequency weighted cost of the allocator's spill code (lower is better)."""
@@ -106,6 +106,7 @@ class SpillStats:
 
 
 ZERO = SpillStats()
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(SpillStats))
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ def parse_remarks(lines: Iterable[str]) -> RemarkReport:
             raise RemarkFormatError(f"{doc.get('Name')} remark without a Function")
         stats = _stats(doc)
         if doc["Name"] == FUNCTION_REMARK:
-            functions[fn] = functions.get(fn, ZERO) + stats
+            functions[fn] = functions[fn] + stats if fn in functions else stats
         else:
             loops.append((fn, stats))
     return RemarkReport(functions, tuple(loops))
