@@ -1,0 +1,77 @@
+"""Quality of a trained eviction policy: weighted spill/reload/copy cost on held-out modules
+vs the stock advisor, and a real program's executed instructions and wall time.
+
+Reads a run directory written by `mlgo train --problem regalloc` (its `split.json` names the
+held-out modules; the policy is `best/`), evaluates the policy on the held-out modules of
+the demo corpus, then runs `regalloc_perf.perf_report` (callgrind, wall, perf) for the
+codec driver built with it. Prints JSON. The issue's target: held-out cost change <= -2 %.
+
+    mlgo train --problem regalloc --algo es --output_dir /tmp/ra-run --time-budget 30
+    python benchmarks/regalloc_quality.py --run /tmp/ra-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from pymlgo.corpus.demo import ensure_demo_corpus
+from pymlgo.corpus.format import load_corpus
+from pymlgo.evaluate.eval import corpus_jobs
+from pymlgo.policy.regalloc import load_regalloc_policy
+from pymlgo.problems.regalloc.evaluate import evaluate_regalloc
+from pymlgo.toolchain.compiler import find_compiler
+from pymlgo.workers import make_executor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from regalloc_perf import perf_report  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", type=Path, required=True,
+                    help="run directory of `mlgo train --problem regalloc`")
+    ap.add_argument("--policy", default=None,
+                    help="policy to measure (default: RUN/best)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--program", default="codec", choices=("codec", "lz4"))
+    ap.add_argument("--skip-program", action="store_true", help="held-out costs only")
+    args = ap.parse_args()
+    split = json.loads((args.run / "split.json").read_text())
+    spec = args.policy or str(args.run / "best")
+    policy = load_regalloc_policy(spec)
+    compiler = find_compiler(None)
+    jobs = corpus_jobs(load_corpus(ensure_demo_corpus()), split["heldout"])
+    with make_executor(None, args.workers) as executor:
+        report = evaluate_regalloc(executor, compiler, jobs, policy)
+    total = report.to_json()["total"]
+    ratios = [m.policy_cost / m.baseline_cost for m in report.ok_modules
+              if m.baseline_cost and m.policy_cost is not None]
+    out: dict[str, object] = {
+        "policy": spec,
+        "heldout_modules": len(jobs),
+        "heldout_failed": len(report.modules) - len(report.ok_modules),
+        "heldout_weighted_cost": {
+            "stock": total["baseline_cost"], "policy": total["policy_cost"],
+            "change": total["cost_change"],
+            "geomean_ratio_change": (float(np.exp(np.mean(np.log(ratios)))) - 1.0
+                                     if ratios else None),
+            "modules_better": sum(r < 1 for r in ratios),
+            "modules_worse": sum(r > 1 for r in ratios),
+        },
+        "heldout_text_bytes_change": total["change"],
+        "invalid_advice": total["invalid_advice"],
+        "target_met": total["cost_change"] <= -0.02,
+    }
+    if not args.skip_program:
+        out["program"] = perf_report(spec, program=args.program, repeat=3)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
