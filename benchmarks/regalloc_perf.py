@@ -60,24 +60,16 @@ def _build(compiler, jobs, policy, out: Path, threads: int, label: str) -> Built
         bar.close()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--policy", default="random:1",
-                    help="regalloc policy: built-in name or saved policy directory")
-    ap.add_argument("--program", choices=sorted(PROGRAMS), default="codec")
-    ap.add_argument("--repeat", type=int, default=5, help="timed runs per build")
-    ap.add_argument("--threads", type=int, default=2, help="compiles at once")
-    ap.add_argument("--compile-all", action="store_true",
-                    help="also compile every demo module with the policy (codec: already)")
-    args = ap.parse_args()
-
+def perf_report(policy_spec: str, *, program: str = "codec", repeat: int = 5,
+                threads: int = 2, compile_all: bool = False) -> dict[str, object]:
+    """Build `program` with the stock advisor and with `policy_spec`; measure both."""
     compiler = find_compiler(None)
     corpus = load_corpus(ensure_demo_corpus())
-    driver, prefixes, run_args, cg_args = PROGRAMS[args.program]
+    driver, prefixes, run_args, cg_args = PROGRAMS[program]
     all_jobs = corpus_jobs(corpus)
     jobs = [j for j in all_jobs if j.module.startswith(prefixes)]
-    policy = load_regalloc_policy(args.policy, seed=0)
-    out: dict[str, object] = {"program": args.program, "policy": args.policy,
+    policy = load_regalloc_policy(policy_spec, seed=0)
+    out: dict[str, object] = {"program": program, "policy": policy_spec,
                               "modules": len(jobs), "input_bytes": int(run_args[0]),
                               "callgrind_input_bytes": int(cg_args[0])}
     with tempfile.TemporaryDirectory(prefix="regalloc-perf-") as tmp_name:
@@ -86,10 +78,10 @@ def main() -> int:
         measured = {}
         for label, pol in (("stock", builtin_policy("default")), ("policy", policy)):
             t0 = time.monotonic()
-            built = _build(compiler, jobs, pol, tmp / label, args.threads, label)
+            built = _build(compiler, jobs, pol, tmp / label, threads, label)
             build_s = time.monotonic() - t0
             exe = link_program(compiler, DATA / driver, built.paths, tmp / f"{label}.exe")
-            m = measure([str(exe), *run_args], tmp, repeat=args.repeat,
+            m = measure([str(exe), *run_args], tmp, repeat=repeat,
                         callgrind_argv=[str(exe), *cg_args])
             builds[label] = built
             measured[label] = m
@@ -107,12 +99,27 @@ def main() -> int:
         out["wall_median_change"] = p.wall_median_s / s.wall_median_s - 1.0
         out["weighted_cost_change"] = (builds["policy"].weighted_cost
                                        / builds["stock"].weighted_cost - 1.0)
-        if args.compile_all:
+        if compile_all:
             rest = [j for j in all_jobs if not j.module.startswith(prefixes)]
-            extra = _build(compiler, rest, policy, tmp / "rest", args.threads, "rest")
+            extra = _build(compiler, rest, policy, tmp / "rest", threads, "rest")
             out["compile_all"] = {"modules": len(all_jobs), "failed": 0,
                                   "decisions": builds["policy"].decisions + extra.decisions}
-    print(json.dumps(out, indent=2))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--policy", default="random:1",
+                    help="regalloc policy: built-in name or saved policy directory")
+    ap.add_argument("--program", choices=sorted(PROGRAMS), default="codec")
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs per build")
+    ap.add_argument("--threads", type=int, default=2, help="compiles at once")
+    ap.add_argument("--compile-all", action="store_true",
+                    help="also compile every demo module with the policy (codec: already)")
+    args = ap.parse_args()
+    print(json.dumps(perf_report(args.policy, program=args.program, repeat=args.repeat,
+                                 threads=args.threads, compile_all=args.compile_all),
+                     indent=2))
     return 0
 
 
