@@ -148,8 +148,10 @@ def read_description(root: str | os.PathLike[str]) -> dict[str, Any]:
         )
     try:
         desc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise CorpusError(f"{path} is not valid JSON: {exc}") from exc
+    except OSError as exc:
+        raise CorpusError(f"cannot read {path}: {exc.strerror or exc}") from exc
     if not isinstance(desc, dict):
         raise CorpusError(f"{path} must hold a JSON object")
     modules = desc.get("modules")
@@ -238,7 +240,7 @@ def load_corpus(
     override: tuple[str, ...] | None
     if command_override is not None:
         override = tuple(command_override)
-    elif "global_command_override" in desc:
+    elif desc.get("global_command_override") is not None:  # null means absent
         override = tuple(desc["global_command_override"])
     else:
         override = None
@@ -259,49 +261,18 @@ def load_corpus(
     problems: list[str] = []
     modules: list[Module] = []
     for name in names:
-        bc = root / (name + BC_SUFFIX)
-        if not bc.is_file():
-            problems.append(f"{name}: missing {bc.name}")
-            continue
-        if not _inside(bc, real_root):
-            problems.append(f"{name}: {bc.name} resolves to {bc.resolve()}, outside the corpus "
-                            "directory (a symlink out of the corpus)")
-            continue
-        index = root / (name + THINLTO_SUFFIX) if has_thinlto else None
-        if index is not None and not index.is_file():
-            problems.append(f"{name}: has_thinlto is set but {index.name} is missing")
-            continue
-        if index is not None and not _inside(index, real_root):
-            problems.append(f"{name}: {index.name} resolves to {index.resolve()}, outside the "
-                            "corpus directory (a symlink out of the corpus)")
-            continue
-        if override_cc1 is not None:
-            cmd = override_cc1
+        try:
+            loaded = _load_module(root, real_root, name, has_thinlto=has_thinlto,
+                                  override_cc1=override_cc1, edits=edits,
+                                  allow_flags=allow_flags)
+        except OSError as exc:  # e.g. a name too long for the file system, no permission
+            loaded = f"{name}: cannot read its files: {exc.strerror or exc}"
+        except CorpusError as exc:
+            loaded = str(exc)
+        if isinstance(loaded, Module):
+            modules.append(loaded)
         else:
-            cmd_path = root / (name + CMD_SUFFIX)
-            if not cmd_path.is_file():
-                problems.append(f"{name}: missing {cmd_path.name} (and no global_command_override)")
-                continue
-            if not _inside(cmd_path, real_root):
-                problems.append(f"{name}: {cmd_path.name} resolves to {cmd_path.resolve()}, "
-                                "outside the corpus directory (a symlink out of the corpus)")
-                continue
-            cmd = parse_cmd(cmd_path.read_bytes())
-            if not cmd or cmd[0] != "-cc1":
-                shown = " ".join(cmd[:3]) if cmd else "an empty command"
-                problems.append(f"{name}: {cmd_path.name} must start with -cc1, found {shown!r}")
-                continue
-            try:
-                _check_flags(cmd, f"{name}: {cmd_path.name}", recorded=True,
-                             thinlto=has_thinlto, allow_flags=allow_flags)
-            except CorpusError as exc:
-                problems.append(str(exc))
-                continue
-        if index is not None:
-            cmd = _point_at_index(cmd, index)
-        if edits is not None:
-            cmd = tuple(edits.apply(cmd))
-        modules.append(Module(name=name, bc_path=bc, cmd=cmd, thinlto_index=index))
+            problems.append(loaded)
     if problems:
         raise CorpusError(
             f"corpus {root} is invalid ({len(problems)} problem(s)): " + "; ".join(problems[:5])
@@ -313,6 +284,43 @@ def load_corpus(
         root=root, modules=tuple(modules), has_thinlto=has_thinlto,
         global_command_override=override,
     )
+
+
+def _load_module(
+    root: Path, real_root: Path, name: str, *, has_thinlto: bool,
+    override_cc1: tuple[str, ...] | None, edits: FlagEdits | None, allow_flags: Sequence[str],
+) -> Module | str:
+    """The module, or the problem that keeps it from loading."""
+    outside = "outside the corpus directory (a symlink out of the corpus)"
+    bc = root / (name + BC_SUFFIX)
+    if not bc.is_file():
+        return f"{name}: missing {bc.name}"
+    if not _inside(bc, real_root):
+        return f"{name}: {bc.name} resolves to {bc.resolve()}, {outside}"
+    index = root / (name + THINLTO_SUFFIX) if has_thinlto else None
+    if index is not None and not index.is_file():
+        return f"{name}: has_thinlto is set but {index.name} is missing"
+    if index is not None and not _inside(index, real_root):
+        return f"{name}: {index.name} resolves to {index.resolve()}, {outside}"
+    if override_cc1 is not None:
+        cmd = override_cc1
+    else:
+        cmd_path = root / (name + CMD_SUFFIX)
+        if not cmd_path.is_file():
+            return f"{name}: missing {cmd_path.name} (and no global_command_override)"
+        if not _inside(cmd_path, real_root):
+            return f"{name}: {cmd_path.name} resolves to {cmd_path.resolve()}, {outside}"
+        cmd = parse_cmd(cmd_path.read_bytes())
+        if not cmd or cmd[0] != "-cc1":
+            shown = " ".join(cmd[:3]) if cmd else "an empty command"
+            return f"{name}: {cmd_path.name} must start with -cc1, found {shown!r}"
+        _check_flags(cmd, f"{name}: {cmd_path.name}", recorded=True, thinlto=has_thinlto,
+                     allow_flags=allow_flags)
+    if index is not None:
+        cmd = _point_at_index(cmd, index)
+    if edits is not None:
+        cmd = tuple(edits.apply(cmd))
+    return Module(name=name, bc_path=bc, cmd=cmd, thinlto_index=index)
 
 
 def _inside(path: Path, real_root: Path) -> bool:

@@ -232,7 +232,7 @@ def _parse_line(line: bytes, start: int) -> dict[str, Any]:
         raise LogFormatError(f"stream ended inside a JSON line at byte {start}: {line[:80]!r}")
     try:
         obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # deep nesting recurses
         raise LogFormatError(f"malformed JSON at byte {start}: {line[:80]!r} ({e})") from e
     if not isinstance(obj, dict):
         raise LogFormatError(f"expected a JSON object at byte {start}, got {line[:80]!r}")
