@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from pymlgo.protocol.features import FeatureMismatchError, select_features
 from pymlgo.protocol.log import Header, Observation
 from pymlgo.toolchain import run
 from pymlgo.toolchain.compiler import Compiler
-from pymlgo.toolchain.elf import text_size
+from pymlgo.toolchain.elf import NotELFError, text_size
 
 OPT_LEVEL = "-Oz"
 DEFAULT_TIMEOUT_S = 300.0
@@ -39,9 +40,29 @@ def channel_flags(base: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def _exit_text(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"compiler killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"compiler killed by signal {-returncode}"
+    return f"compiler exited with {returncode}"
+
+
 def _error_text(res: run.ProcessResult) -> str:
     tail = res.stderr.strip().splitlines()[-5:]
-    return f"compiler exited with {res.returncode}: " + " | ".join(tail)
+    return f"{_exit_text(res.returncode)}: " + " | ".join(tail)
+
+
+def _measure(obj: Path, stderr: str) -> tuple[int | None, str | None]:
+    """(.text bytes, None), or (None, why) when a compile that succeeded left no object."""
+    tail = " | ".join(stderr.strip().splitlines()[-5:])
+    try:
+        return text_size(obj), None
+    except FileNotFoundError:
+        return None, "compiler exited with 0 but wrote no object" + (f": {tail}" if tail else "")
+    except NotELFError as exc:
+        return None, f"compiler output is not an object ({exc})" + (f": {tail}" if tail else "")
 
 
 def compile_baseline(
@@ -68,7 +89,8 @@ def compile_baseline(
                                 error=str(exc))
         if res.returncode != 0:
             return ModuleResult(job.module, None, seconds=res.seconds, error=_error_text(res))
-        return ModuleResult(job.module, text_size(obj), seconds=time.monotonic() - started)
+        size, error = _measure(obj, res.stderr)
+        return ModuleResult(job.module, size, seconds=time.monotonic() - started, error=error)
 
 
 def _trajectory(session: ChannelSession) -> Trajectory | None:
@@ -136,9 +158,15 @@ def compile_with_policy(
                 except FeatureMismatchError:
                     raise  # the policy cannot run on this compiler at all: not a module failure
                 except (ChannelError, ValueError) as exc:
+                    exited = proc.poll() is not None  # on its own, not killed by us
                     run.kill_and_reap(proc)
+                    why = f"channel: {exc}"
+                    if exited:  # say why the compiler went away: its exit and stderr tail
+                        err.flush()
+                        tail = (tmp / "stderr.txt").read_text(errors="replace")
+                        why += "; " + _error_text(run.ProcessResult(proc.returncode, tail, 0.0))
                     return ModuleResult(job.module, None, seconds=time.monotonic() - started,
-                                        error=f"channel: {exc}")
+                                        error=why)
                 try:
                     res = run.finish(proc, deadline=deadline, started=started)
                 except run.CompileTimeout as exc:
@@ -150,7 +178,10 @@ def compile_with_policy(
         if res.returncode != 0:
             res = run.ProcessResult(res.returncode, stderr, res.seconds)
             return ModuleResult(job.module, None, seconds=res.seconds, error=_error_text(res))
-        size = text_size(obj)
+        size, error = _measure(obj, stderr)
+        if error is not None:
+            return ModuleResult(job.module, None, seconds=time.monotonic() - started,
+                                error=error)
     return ModuleResult(
         job.module,
         size,
