@@ -1,0 +1,129 @@
+"""`mlgo train` as a user runs it: same seed, same bytes; a SIGKILLed run resumes exactly.
+
+Real subprocesses of `mlgo train` (ppo after a behaviour-cloning warm start, so torch,
+sampling and the worker pool are all on the path) on eight demo-corpus modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pymlgo.policy.store import load_policy_dir
+from tests.test_train_algorithms import TINY_DEMO_MODULES, copy_demo_subset
+
+ITERATIONS = 5
+CONFIG = """
+algo = "ppo"
+seed = 7
+warmstart = "bc"
+[split]
+validation = 0.25
+heldout = 0.0
+[policy]
+hidden = [16, 16]
+[bc]
+batch_size = 32
+warmstart_epochs = 20
+[ppo]
+modules_per_iteration = 4
+samples_per_module = 2
+"""
+
+
+def mlgo_train(corpus: Path, config: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pymlgo.cli.main", "train", "--corpus", str(corpus),
+            "--config", str(config), "--output_dir", str(out), "--workers", "2",
+            "--iterations", str(ITERATIONS), *extra]
+
+
+def policy_bytes(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def tiny(demo_corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("resume")
+    corpus = copy_demo_subset(demo_corpus_dir, root / "corpus", TINY_DEMO_MODULES)
+    config = root / "ppo.toml"
+    config.write_text(CONFIG)
+    return corpus, config
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "a"
+    done = subprocess.run(mlgo_train(*tiny, out), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_a_run_leaves_checkpoint_best_final_scalars_and_tensorboard(uninterrupted):
+    out = uninterrupted
+    assert (out / "checkpoint.pkl").is_file()
+    rows = [json.loads(ln) for ln in (out / "scalars.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == list(range(ITERATIONS + 1))
+    assert all("size_change/validation" in r and "reward/train" in r for r in rows[1:])
+    assert "bc/accuracy_train" in rows[0]  # the warm start's scalars
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    best_row = min(rows, key=lambda r: (r["size_change/validation"], r["iteration"]))
+    best = load_policy_dir(out / "best")
+    assert best.hyperparameters["iteration"] == best_row["iteration"]
+    assert load_policy_dir(out / "final").hyperparameters["iteration"] == ITERATIONS
+
+
+def test_two_runs_with_one_seed_give_identical_policy_bytes(tiny, uninterrupted, tmp_path):
+    out = tmp_path / "b"
+    done = subprocess.run(mlgo_train(*tiny, out, "--no-tensorboard"), capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    for name in ("final", "best"):
+        assert policy_bytes(out / name) == policy_bytes(uninterrupted / name)
+
+
+def _checkpoint_iteration(out: Path) -> int:
+    scalars = out / "scalars.jsonl"
+    if not (out / "checkpoint.pkl").is_file() or not scalars.is_file():
+        return -1
+    lines = scalars.read_text().splitlines()
+    return json.loads(lines[-1])["iteration"] if lines else -1
+
+
+def test_a_killed_run_resumes_from_its_checkpoint_and_ends_with_the_same_bytes(
+    tiny, uninterrupted, tmp_path
+):
+    out = tmp_path / "killed"
+    # own session, so SIGKILL takes the worker processes too, as a crash of the machine would
+    proc = subprocess.Popen(mlgo_train(*tiny, out, "--no-tensorboard"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        # scalars.jsonl gets iteration k just before checkpoint k is written: wait for
+        # iteration 2's line, so checkpoint 1 certainly exists
+        while _checkpoint_iteration(out) < 2 and proc.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint within 10 minutes"
+            time.sleep(0.02)
+        assert proc.poll() is None, "the run finished before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (out / "final").exists()
+
+    done = subprocess.run(mlgo_train(*tiny, out, "--no-tensorboard"), capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    resumed = [ln for ln in done.stderr.splitlines() if "resuming" in ln]
+    assert resumed and "at iteration 1" not in resumed[0], done.stderr
+    assert "behaviour cloning" not in done.stderr  # the setup was not redone
+    rows = [json.loads(ln) for ln in (out / "scalars.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == list(range(ITERATIONS + 1))
+    for name in ("final", "best"):
+        assert policy_bytes(out / name) == policy_bytes(uninterrupted / name)
