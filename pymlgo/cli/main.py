@@ -9,7 +9,7 @@ import sys
 from pymlgo import __version__
 
 # Subcommand modules, each with `register(subparsers)`; order is the --help order.
-_COMMANDS = ("demo", "corpus", "eval", "trace", "vocab", "train", "pool")
+_COMMANDS = ("demo", "corpus", "eval", "trace", "vocab", "train", "pool", "ir2native")
 
 
 def build_parser() -> argparse.ArgumentParser:
