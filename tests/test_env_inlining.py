@@ -135,3 +135,15 @@ def test_reset_mid_episode_ends_the_running_compile(env):
 def test_unknown_module_is_a_clear_error(env):
     with pytest.raises(ValueError, match="no module 'nope'"):
         env.reset(options={"module": "nope"})
+
+
+def test_a_module_without_call_sites_ends_at_the_first_step(demo_corpus_dir):
+    env = InliningEnv(demo_corpus_dir, modules=[MODULE, "zstd/lib/common/threading"])
+    try:
+        obs, info = env.reset(options={"module": "zstd/lib/common/threading"})
+        assert info["no_decisions"] and obs in env.observation_space
+        _, reward, terminated, _, info = env.step(0)
+        assert terminated and info["decisions"] == 0
+        assert reward == 0.0 and info["size"] == info["baseline_size"]
+    finally:
+        env.close()

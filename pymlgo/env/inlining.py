@@ -80,8 +80,6 @@ class InliningEnv(CompilerEnv):
     def final_info(self, job: CompileJob, session: CompilerSession) -> tuple[float, dict[str, Any]]:
         size = text_size(session.tmp / "module.o")
         baseline = self.baseline_size(job)
-        return 1.0 - size / baseline, {
-            "size": size,
-            "baseline_size": baseline,
-            "size_change": size / baseline - 1.0,
-        }
+        # A module without code (only data) is 0 bytes either way: no change.
+        change = size / baseline - 1.0 if baseline else 0.0
+        return -change, {"size": size, "baseline_size": baseline, "size_change": change}
