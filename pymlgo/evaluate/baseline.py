@@ -46,9 +46,13 @@ class BaselineCache:
     def put(self, key: str, size: int) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"size": size}, f)
-        os.replace(tmp, self.root / f"{key}.json")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"size": size}, f)
+            os.replace(tmp, self.root / f"{key}.json")
+        except BaseException:  # e.g. disk full: leave no temp file behind
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def baseline_results(

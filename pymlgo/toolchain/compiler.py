@@ -117,6 +117,7 @@ def find_compiler(clang: str | os.PathLike[str] | None = None) -> Compiler:
         raise CompilerError(
             f"{path} is clang {version}; pymlgo needs clang >= {MIN_CLANG_MAJOR} because "
             "older LLVM has no interactive model runner (-inliner-interactive-channel-base), "
-            "so a policy cannot answer the compiler"
+            "so a policy cannot answer the compiler. Use the bundled clang (drop --clang and "
+            f"unset ${CLANG_ENV_VAR}) or point --clang at clang {MIN_CLANG_MAJOR} or newer"
         )
     return Compiler(path=path, version=version, bundled=False)

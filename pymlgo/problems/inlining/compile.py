@@ -14,6 +14,7 @@ from pymlgo.protocol.channel import ChannelError, ChannelSession, make_fifos, se
 from pymlgo.protocol.features import FeatureMismatchError, select_features
 from pymlgo.protocol.log import Header, Observation
 from pymlgo.toolchain import run
+from pymlgo.toolchain.bitcode import read_error_hint
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.elf import NotELFError, text_size
 
@@ -49,12 +50,26 @@ def _exit_text(returncode: int) -> str:
     return f"compiler exited with {returncode}"
 
 
-def _error_text(res: run.ProcessResult) -> str:
+def _error_text(res: run.ProcessResult, job: CompileJob, compiler: Compiler) -> str:
+    """Exit status, stderr tail and, when clang could not read the bitcode, why."""
     tail = res.stderr.strip().splitlines()[-5:]
-    return f"{_exit_text(res.returncode)}: " + " | ".join(tail)
+    text = f"{_exit_text(res.returncode)}: " + " | ".join(tail)
+    hint = read_error_hint(res.stderr, job.bitcode, compiler.version)
+    return text + (f" => {hint}" if hint else "")
 
 
-def _measure(obj: Path, stderr: str) -> tuple[int | None, str | None]:
+_FORMATS = ((b"\xcf\xfa\xed\xfe", "Mach-O"), (b"\xce\xfa\xed\xfe", "Mach-O"),
+            (b"\xfe\xed\xfa\xcf", "Mach-O"), (b"\xfe\xed\xfa\xce", "Mach-O"),
+            (b"\x00asm", "WebAssembly"), (b"\x64\x86", "COFF"), (b"\x4c\x01", "COFF"),
+            (b"\x64\xaa", "COFF"), (b"\xc4\x01", "COFF"), (b"\x01\xdf", "XCOFF"),
+            (b"\x01\xf7", "XCOFF"))
+
+
+def _triple(cmd: tuple[str, ...]) -> str:
+    return next((b for a, b in zip(cmd, cmd[1:], strict=False) if a == "-triple"), "?")
+
+
+def _measure(obj: Path, stderr: str, cmd: tuple[str, ...]) -> tuple[int | None, str | None]:
     """(.text bytes, None), or (None, why) when a compile that succeeded left no object."""
     tail = " | ".join(stderr.strip().splitlines()[-5:])
     try:
@@ -62,6 +77,14 @@ def _measure(obj: Path, stderr: str) -> tuple[int | None, str | None]:
     except FileNotFoundError:
         return None, "compiler exited with 0 but wrote no object" + (f": {tail}" if tail else "")
     except NotELFError as exc:
+        head = obj.read_bytes()[:4]
+        fmt = next((name for magic, name in _FORMATS if head.startswith(magic)), None)
+        if fmt is not None:  # a corpus built for another platform
+            return None, (
+                f"the compiler wrote a {fmt} object because the corpus targets {_triple(cmd)};"
+                " pymlgo measures ELF objects: rebuild the corpus for an ELF target (e.g."
+                " -target x86_64-linux-gnu) or override its -triple"
+            )
         return None, f"compiler output is not an object ({exc})" + (f": {tail}" if tail else "")
 
 
@@ -88,8 +111,9 @@ def compile_baseline(
             return ModuleResult(job.module, None, seconds=time.monotonic() - started,
                                 error=str(exc))
         if res.returncode != 0:
-            return ModuleResult(job.module, None, seconds=res.seconds, error=_error_text(res))
-        size, error = _measure(obj, res.stderr)
+            return ModuleResult(job.module, None, seconds=res.seconds,
+                                error=_error_text(res, job, compiler))
+        size, error = _measure(obj, res.stderr, job.cmd)
         return ModuleResult(job.module, size, seconds=time.monotonic() - started, error=error)
 
 
@@ -164,7 +188,8 @@ def compile_with_policy(
                     if exited:  # say why the compiler went away: its exit and stderr tail
                         err.flush()
                         tail = (tmp / "stderr.txt").read_text(errors="replace")
-                        why += "; " + _error_text(run.ProcessResult(proc.returncode, tail, 0.0))
+                        exit_res = run.ProcessResult(proc.returncode, tail, 0.0)
+                        why += "; " + _error_text(exit_res, job, compiler)
                     return ModuleResult(job.module, None, seconds=time.monotonic() - started,
                                         error=why)
                 try:
@@ -177,8 +202,9 @@ def compile_with_policy(
         stderr = (tmp / "stderr.txt").read_text(errors="replace")
         if res.returncode != 0:
             res = run.ProcessResult(res.returncode, stderr, res.seconds)
-            return ModuleResult(job.module, None, seconds=res.seconds, error=_error_text(res))
-        size, error = _measure(obj, stderr)
+            return ModuleResult(job.module, None, seconds=res.seconds,
+                                error=_error_text(res, job, compiler))
+        size, error = _measure(obj, stderr, job.cmd)
         if error is not None:
             return ModuleResult(job.module, None, seconds=time.monotonic() - started,
                                 error=error)
