@@ -92,6 +92,8 @@ _EXACT = frozenset({
     "-enable-tlsdesc", "-no-enable-noundef-analysis", "-dwarf-ext-refs", "-dwarf-explicit-import",
     "-ffreestanding", "-cfguard", "-cfguard-no-checks", "-ehcontguard", "-menable-no-infs",
     "-fno-verbose-asm", "-mdisable-tail-calls", "-fdwarf2-cfi-asm",
+    # -fno-strict-aliasing (expat) and -pthread (libwebp, via CMake Threads): codegen only.
+    "-relaxed-aliasing", "-pthread",
 })  # fmt: skip
 
 _PREFIXES = (
