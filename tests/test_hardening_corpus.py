@@ -227,3 +227,16 @@ def test_symlinks_that_stay_inside_the_corpus_are_fine(tmp_path: Path) -> None:
     os.symlink(root / "a", root / "alias")
     (root / DESCRIPTION_FILE).write_text(json.dumps({"modules": ["a/m.o", "alias/m.o"]}))
     assert load_corpus(root).names == ("a/m.o", "alias/m.o")
+
+
+def test_the_command_line_accepts_flags_listed_in_mlgo_allow_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pymlgo.cli.common import resolve_corpus
+
+    make_corpus(tmp_path, {"m.o": (*CC1, "-fprofile-sample-use=/data/app.prof",
+                                   "-fsanitize-ignorelist=/data/ignore.txt")})
+    with pytest.raises(CorpusError, match="MLGO_ALLOW_FLAGS|fprofile-sample-use"):
+        resolve_corpus(str(tmp_path))
+    monkeypatch.setenv("MLGO_ALLOW_FLAGS", "-fprofile-sample-use= -fsanitize-ignorelist=")
+    assert resolve_corpus(str(tmp_path)).names == ("m.o",)

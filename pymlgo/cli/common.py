@@ -51,12 +51,18 @@ def add_corpus_arg(p: argparse.ArgumentParser, *, required: bool = False) -> Non
     )
 
 
+ALLOW_FLAGS_ENV = "MLGO_ALLOW_FLAGS"
+
+
 def resolve_corpus(spec: str) -> Corpus:
+    """Load the corpus at `spec` (or the demo one). $MLGO_ALLOW_FLAGS (space-separated)
+    accepts cc1 flags outside the corpus flag allowlist that the user has checked."""
+    allow = os.environ.get(ALLOW_FLAGS_ENV, "").split()
     if spec == DEMO_CORPUS and not Path(spec).exists():
         from pymlgo.corpus.demo import ensure_demo_corpus
 
-        return load_corpus(ensure_demo_corpus())
-    return load_corpus(spec)
+        return load_corpus(ensure_demo_corpus(), allow_flags=allow)
+    return load_corpus(spec, allow_flags=allow)
 
 
 def default_workers(requested: int | None) -> int:

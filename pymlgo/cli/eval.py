@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also write the full report as JSON to OUT")
     common.add_worker_args(p)
     common.add_compiler_args(p)
+    p.add_argument("--memory-limit", type=int, default=None, metavar="MB",
+                   help="address-space limit per compile in MiB (default: none); a compile "
+                   "that needs more fails and is listed with the others")
     p.set_defaults(func=run)
 
 
@@ -62,8 +65,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"mlgo eval: {exc}", file=sys.stderr)
         return 2
     jobs = corpus_jobs(corpus)
+    if args.memory_limit is not None and args.memory_limit < 1:
+        print("mlgo eval: --memory-limit must be >= 1 (MiB)", file=sys.stderr)
+        return 2
     spec = WorkSpec(problem=args.problem, clang=str(compiler.path) if not compiler.bundled
-                    else None, timeout=args.timeout)
+                    else None, timeout=args.timeout, memory_mb=args.memory_limit)
     bar, on_result = common.progress(2 * len(jobs), f"eval {policy.name}")
     try:
         with make_executor(args.cluster, common.default_workers(args.workers)) as executor:

@@ -52,8 +52,9 @@ Refused, whatever the family above says:
   `output`, `path`, `dir`, `log`, `channel`, `plugin`, `model` as a word of the name) and
   `-view-*` (opens a viewer program).
 
-`extra_allowed` (exact arguments, or prefixes ending in `=`) lets a user accept a flag the
-allowlist does not know, after checking it is harmless; `-fthinlto-index=` is accepted in
+`extra_allowed` (exact arguments, or prefixes ending in `=`; on the command line the
+space-separated $MLGO_ALLOW_FLAGS) lets a user accept a flag the allowlist refuses, after
+checking it is harmless; `-fthinlto-index=` is accepted in
 ThinLTO corpora because the loader replaces it with the corpus' own index file.
 """
 
@@ -283,11 +284,13 @@ def unsafe_flags(
             arg.startswith(_PATH_STRING_FLAGS)
         ):
             problems.append(FlagProblem(arg, "has a path as its value; only the allowlisted "
-                                        "path-string flags may"))
+                                        "path-string flags may (a flag you have checked can be "
+                                        "allowed with MLGO_ALLOW_FLAGS)"))
             continue
         if not _allowed_by_family(arg):
-            problems.append(FlagProblem(arg, "is not on the cc1 flag allowlist "
-                                        "(see pymlgo.corpus.allowlist)"))
+            problems.append(FlagProblem(arg, "is not on the cc1 flag allowlist (see "
+                                        "pymlgo.corpus.allowlist; a flag you have checked can "
+                                        "be allowed with MLGO_ALLOW_FLAGS)"))
     return problems
 
 

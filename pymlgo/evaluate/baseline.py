@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from pymlgo.problems.base import CompileJob, ModuleResult
@@ -68,8 +69,7 @@ def baseline_results(
     Failures are yielded (with `error`) but never cached.
     """
     base_spec = spec if spec is not None else WorkSpec()
-    base_spec = WorkSpec(problem=base_spec.problem, clang=base_spec.clang, policy=None,
-                         timeout=base_spec.timeout, edits=base_spec.edits)
+    base_spec = replace(base_spec, policy=None, record=False)
     cache = cache or BaselineCache()
     keys = {job.module: baseline_key(compiler, base_spec, job) for job in jobs}
     missing: list[CompileJob] = []

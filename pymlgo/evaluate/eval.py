@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pymlgo.corpus.format import Corpus
@@ -104,8 +104,7 @@ def evaluate(
         baselines[res.module] = res
         if on_result:
             on_result(res)
-    pol_spec = WorkSpec(problem=base.problem, clang=base.clang, policy=policy,
-                        timeout=base.timeout, edits=base.edits)
+    pol_spec = replace(base, policy=policy, record=False)
     results: dict[str, ModuleResult] = {}
     for res in executor.run(pol_spec, list(jobs)):
         results[res.module] = res

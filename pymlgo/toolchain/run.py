@@ -40,16 +40,36 @@ def private_tmpdir(prefix: str = "mlgo-") -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def with_memory_limit(argv: Sequence[str], memory_mb: int | None) -> list[str]:
+    """`argv` run under an address-space limit (RLIMIT_AS) of `memory_mb` MiB.
+
+    The limit is set by `sh`'s `ulimit -v`, which then execs the compiler in its place
+    (same pid, same command line): unlike a Popen `preexec_fn` it is safe in a process
+    with threads. A compile that needs more fails (clang aborts or segfaults) instead of
+    driving the machine into swap.
+    """
+    if memory_mb is None:
+        return list(argv)
+    if memory_mb < 1:
+        raise ValueError(f"memory limit must be >= 1 MiB, got {memory_mb}")
+    return ["/bin/sh", "-c", f'ulimit -v {memory_mb * 1024} && exec "$@"', "mlgo-limit", *argv]
+
+
 def start(
-    argv: Sequence[str], *, cwd: Path | None = None, stderr: IO[bytes] | None = None
+    argv: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    stderr: IO[bytes] | None = None,
+    memory_mb: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start a compiler in its own process group so a kill reaches any children too.
 
     Pass a file as `stderr` when the caller talks to the compiler while it runs: a
-    PIPE nobody drains can fill up and stall the compiler mid-protocol.
+    PIPE nobody drains can fill up and stall the compiler mid-protocol. `memory_mb`
+    bounds its address space (see `with_memory_limit`).
     """
     return subprocess.Popen(
-        list(argv),
+        with_memory_limit(argv, memory_mb),
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -110,11 +130,15 @@ def finish(proc: subprocess.Popen[bytes], *, deadline: float, started: float) ->
 
 
 def run(
-    argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S, cwd: Path | None = None
+    argv: Sequence[str],
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    cwd: Path | None = None,
+    memory_mb: int | None = None,
 ) -> ProcessResult:
-    """Run to completion with a timeout; the child is reaped on every path."""
+    """Run to completion with a timeout (and optional memory limit); always reaped."""
     started = time.monotonic()
-    proc = start(argv, cwd=cwd)
+    proc = start(argv, cwd=cwd, memory_mb=memory_mb)
     try:
         return finish(proc, deadline=started + timeout, started=started)
     finally:

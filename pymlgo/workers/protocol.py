@@ -40,6 +40,7 @@ class WorkSpec:
     record: bool = False  # keep every decision's features (a trajectory)
     timeout: float = 300.0
     edits: FlagEdits = FlagEdits()
+    memory_mb: int | None = None  # address-space limit per compile (None: unlimited)
 
 
 class Executor(Protocol):

@@ -23,9 +23,11 @@ def execute(spec: WorkSpec, job: CompileJob) -> ModuleResult:
         from pymlgo.problems.inlining import compile as inl
 
         if spec.policy is None:
-            return inl.compile_baseline(compiler, job, timeout=spec.timeout, edits=spec.edits)
+            return inl.compile_baseline(compiler, job, timeout=spec.timeout, edits=spec.edits,
+                                        memory_mb=spec.memory_mb)
         return inl.compile_with_policy(
-            compiler, job, spec.policy, timeout=spec.timeout, record=spec.record, edits=spec.edits
+            compiler, job, spec.policy, timeout=spec.timeout, record=spec.record,
+            edits=spec.edits, memory_mb=spec.memory_mb,
         )
     if spec.problem == "regalloc":
         from pymlgo.problems.regalloc import compile as ra

@@ -50,11 +50,18 @@ def _exit_text(returncode: int) -> str:
     return f"compiler exited with {returncode}"
 
 
-def _error_text(res: run.ProcessResult, job: CompileJob, compiler: Compiler) -> str:
-    """Exit status, stderr tail and, when clang could not read the bitcode, why."""
+def _error_text(
+    res: run.ProcessResult, job: CompileJob, compiler: Compiler, memory_mb: int | None = None
+) -> str:
+    """Exit status, stderr tail and, when clang could not read the bitcode (or ran into the
+    memory limit), why."""
     tail = res.stderr.strip().splitlines()[-5:]
     text = f"{_exit_text(res.returncode)}: " + " | ".join(tail)
     hint = read_error_hint(res.stderr, job.bitcode, compiler.version)
+    if hint is None and memory_mb is not None and (
+        res.returncode < 0 or "out of memory" in res.stderr
+    ):
+        hint = f"the compile was limited to {memory_mb} MiB of address space; raise the limit"
     return text + (f" => {hint}" if hint else "")
 
 
@@ -94,8 +101,11 @@ def compile_baseline(
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
     edits: FlagEdits = FlagEdits(),
+    memory_mb: int | None = None,
 ) -> ModuleResult:
-    """Plain -Oz, no channel: the heuristic's size every policy is compared with."""
+    """Plain -Oz, no channel: the heuristic's size every policy is compared with.
+
+    `memory_mb` bounds the compiler's address space; a compile past it fails."""
     started = time.monotonic()
     with run.private_tmpdir() as tmp:
         bc, obj = tmp / "module.bc", tmp / "module.o"
@@ -106,13 +116,13 @@ def compile_baseline(
                             edits=edits),
         ]
         try:
-            res = run.run(argv, timeout=timeout, cwd=tmp)
+            res = run.run(argv, timeout=timeout, cwd=tmp, memory_mb=memory_mb)
         except run.CompileTimeout as exc:
             return ModuleResult(job.module, None, seconds=time.monotonic() - started,
                                 error=str(exc))
         if res.returncode != 0:
             return ModuleResult(job.module, None, seconds=res.seconds,
-                                error=_error_text(res, job, compiler))
+                                error=_error_text(res, job, compiler, memory_mb))
         size, error = _measure(obj, res.stderr, job.cmd)
         return ModuleResult(job.module, size, seconds=time.monotonic() - started, error=error)
 
@@ -143,6 +153,7 @@ def compile_with_policy(
     timeout: float = DEFAULT_TIMEOUT_S,
     record: bool = False,
     edits: FlagEdits = FlagEdits(),
+    memory_mb: int | None = None,
 ) -> ModuleResult:
     """Compile `job` at -Oz with `policy` answering every inlining decision.
 
@@ -173,7 +184,7 @@ def compile_with_policy(
             *channel_flags(base),
         ]
         with open(tmp / "stderr.txt", "wb") as err:
-            proc = run.start(argv, cwd=tmp, stderr=err)
+            proc = run.start(argv, cwd=tmp, stderr=err, memory_mb=memory_mb)
             try:
                 try:
                     session = serve_channel(
@@ -189,7 +200,7 @@ def compile_with_policy(
                         err.flush()
                         tail = (tmp / "stderr.txt").read_text(errors="replace")
                         exit_res = run.ProcessResult(proc.returncode, tail, 0.0)
-                        why += "; " + _error_text(exit_res, job, compiler)
+                        why += "; " + _error_text(exit_res, job, compiler, memory_mb)
                     return ModuleResult(job.module, None, seconds=time.monotonic() - started,
                                         error=why)
                 try:
@@ -203,7 +214,7 @@ def compile_with_policy(
         if res.returncode != 0:
             res = run.ProcessResult(res.returncode, stderr, res.seconds)
             return ModuleResult(job.module, None, seconds=res.seconds,
-                                error=_error_text(res, job, compiler))
+                                error=_error_text(res, job, compiler, memory_mb))
         size, error = _measure(obj, stderr, job.cmd)
         if error is not None:
             return ModuleResult(job.module, None, seconds=time.monotonic() - started,
