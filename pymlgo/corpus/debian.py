@@ -134,8 +134,7 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         "-DLIBXML2_WITH_ICU=OFF", "-DLIBXML2_WITH_TESTS=OFF", "-DLIBXML2_WITH_PROGRAMS=OFF",
         targets=("LibXml2",)), note="without zlib/lzma/ICU/Python"),
     Recipe("openssl", "c", (
-        ("./Configure", "linux-x86_64", "no-asm", "no-shared", "no-module", "no-tests",
-         "no-docs", "no-apps"),
+        ("./Configure", "linux-x86_64", "no-asm", "no-shared", "no-module", "no-tests"),
         ("make", "-j{jobs}", "build_libs"),
     ), env=(("CFLAGS", OPT_LEVEL),), note="libcrypto + libssl, no assembly"),
     Recipe("fmtlib", "c++", cmake(
@@ -153,8 +152,8 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         "-Dprotobuf_BUILD_TESTS=OFF", "-Dprotobuf_BUILD_PROTOC_BINARIES=OFF",
         "-Dprotobuf_WITH_ZLIB=OFF", "-Dprotobuf_BUILD_SHARED_LIBS=OFF",
         "-Dprotobuf_BUILD_LIBPROTOC=OFF",
-        targets=("libprotobuf-lite",)),
-        note="libprotobuf-lite only (libprotobuf recompiles its sources and takes far longer)"),
+        targets=("libprotobuf",)),
+        note="libprotobuf (a superset of libprotobuf-lite's sources); no protoc, no libprotoc"),
 )}
 
 # Cheap and useful first, the big ones last.
