@@ -127,3 +127,18 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_ends_with_the_same_bytes(
     assert [r["iteration"] for r in rows] == list(range(ITERATIONS + 1))
     for name in ("final", "best"):
         assert policy_bytes(out / name) == policy_bytes(uninterrupted / name)
+
+
+def test_mlgo_eval_runs_the_trained_policy_on_a_corpus(tiny, uninterrupted, tmp_path):
+    corpus, _ = tiny
+    report = tmp_path / "eval.json"
+    done = subprocess.run([sys.executable, "-m", "pymlgo.cli.main", "eval", "--corpus",
+                           str(corpus), "--policy", str(uninterrupted / "best"), "--json",
+                           str(report), "--workers", "2"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(report.read_text())
+    assert data["policy"] == str(uninterrupted / "best")
+    rows = data["modules"]
+    assert len(rows) == len(TINY_DEMO_MODULES) and not any(r["error"] for r in rows)
+    assert sum(r["decisions"] for r in rows) > 150  # the policy answered clang's questions
+    assert data["total"]["baseline_bytes"] > 0 and data["total"]["policy_bytes"] > 0
