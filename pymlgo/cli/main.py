@@ -9,7 +9,11 @@ import sys
 from pymlgo import __version__
 
 # Subcommand modules, each with `register(subparsers)`; order is the --help order.
-_COMMANDS = ("demo", "corpus", "eval", "trace", "vocab", "train", "pool", "ir2native")
+_COMMANDS = (
+    "demo", "corpus", "eval", "trace", "vocab", "train", "pool", "export", "cc", "ir2native",
+)
+# Handed their arguments untouched, before argparse: compiler arguments look like options.
+_COMPILER_TOOLS = ("cc", "c++")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in _COMPILER_TOOLS:
+        from pymlgo.deploy.cc import main as cc_main
+
+        return cc_main(argv[0], argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

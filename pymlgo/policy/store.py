@@ -207,8 +207,8 @@ def load_policy_dir(directory: Path) -> InliningPolicy:
 
 
 def pretrained_root() -> Path:
-    """Where `pretrained:NAME` policies ship: package data `pymlgo/data/pretrained/NAME`."""
-    return Path(__file__).resolve().parent.parent / "data" / "pretrained"
+    """Where `pretrained:NAME` policies ship: package data `pymlgo/policy/pretrained/NAME`."""
+    return Path(__file__).resolve().parent / "pretrained"
 
 
 def available_pretrained() -> list[str]:

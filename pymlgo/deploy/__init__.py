@@ -1,0 +1,1 @@
+"""Deployment: the `mlgo cc` drop-in compiler and the shipped pretrained policy."""

@@ -1,0 +1,359 @@
+"""`mlgo cc` / `mlgo c++`: a drop-in C/C++ compiler whose inliner asks a policy.
+
+`CC="mlgo cc" CXX="mlgo c++" make` builds a project with the bundled clang (zig's driver,
+with its own libc headers) or with `--clang PATH` / `$MLGO_CLANG`. A command that compiles
+sources while optimizing for size (the last `-O` flag is `-Oz` or `-Os`) gets the inliner's
+channel flags, and this process answers every inlining decision with the policy
+(`--mlgo-policy P`, `$MLGO_POLICY`, default `pretrained:inlining-oz`). Every other command
+(links, `-O2`, `-E`, `--version`, ...) is exec'ed unchanged, so it costs one Python start.
+
+Facts this relies on (see DESIGN.md):
+- `zig cc` caches objects keyed on its arguments; a hit runs no clang, so the channel is
+  never opened. The host therefore races the FIFO open against the compiler's exit
+  (`serve_channel(compiler_alive=...)`). The FIFOs live in a fresh directory, so the
+  channel path in the arguments is new every time and a cached object compiled under
+  another policy is never reused.
+- `zig cc -Oz` hands `-Os` to cc1 (zig's ReleaseSmall). With the bundled driver and `-Oz`,
+  `-Xclang -Oz` is appended so cc1 really runs at -Oz, the level the policies are trained
+  at (cc1 takes the last `-O`). Nothing else about the user's flags changes (no target or
+  CPU is added).
+- One driver command may run cc1 several times (several sources): each run opens the same
+  channel again, so sessions are served until the compiler exits.
+
+The compiler is started before numpy and the policy are imported, so loading the policy
+overlaps with clang's front end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+POLICY_ENV, LOG_ENV, TIMEOUT_ENV = "MLGO_POLICY", "MLGO_CC_LOG", "MLGO_CC_TIMEOUT"
+DEFAULT_POLICY = "pretrained:inlining-oz"
+SIZE_LEVELS = ("-Oz", "-Os")
+# Kept equal to `problems.inlining.compile.channel_flags` (a test checks it); spelled out
+# here so building the command needs no numpy import before the compiler starts.
+SIZE_INCREASE_THRESHOLD = 10
+DEFAULT_TIMEOUT_S = 24 * 3600.0  # per session; a dead compiler is noticed at once anyway
+
+SOURCE_SUFFIXES = frozenset(
+    {".c", ".i", ".cc", ".cp", ".cpp", ".cxx", ".c++", ".C", ".CC", ".CPP", ".ii",
+     ".m", ".mm", ".M", ".mi", ".mii", ".bc", ".ll"}
+)
+# Options after which no code is generated, so the inliner never runs.
+_NO_CODEGEN = frozenset(
+    {"-E", "-M", "-MM", "-fsyntax-only", "-###", "--version", "-dumpversion",
+     "-dumpmachine", "--help", "-help", "-print-search-dirs", "-print-libgcc-file-name"}
+)
+# Options whose value is the next argument (so the value is not a flag or an input).
+_TAKES_VALUE = frozenset(
+    {"-o", "-x", "-I", "-D", "-U", "-include", "-imacros", "-isystem", "-iquote",
+     "-idirafter", "-iprefix", "-iwithprefix", "-iwithprefixbefore", "-isysroot",
+     "--sysroot", "-target", "--target", "-MF", "-MT", "-MQ", "-L", "-l", "-T", "-u", "-e",
+     "-z", "-Xclang", "-mllvm", "-Xlinker", "-Xassembler", "-Xpreprocessor", "-arch",
+     "-F", "-framework", "-dependency-file", "-MJ", "-ivfsoverlay", "-resource-dir",
+     "-gcc-toolchain", "--gcc-toolchain", "-Xarch_device", "-Xarch_host",
+     "-Xopenmp-target", "-working-directory", "-ccc-install-dir"}
+)
+
+
+class CCError(RuntimeError):
+    """`mlgo cc` cannot do what was asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What `mlgo cc` makes of its arguments."""
+
+    tool: str  # "cc" or "c++"
+    compiler_args: tuple[str, ...]  # the user's compiler arguments, untouched
+    policy: str
+    clang: str | None  # --clang / $MLGO_CLANG, None: the bundled zig
+    opt_level: str | None  # the last -O flag, e.g. "-Oz"; None if none
+    sources: tuple[str, ...]
+    codegen: bool  # False when an option stops before code generation (-E, -M, ...)
+    env: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def uses_policy(self) -> bool:
+        return self.opt_level in SIZE_LEVELS and bool(self.sources) and self.codegen
+
+
+def _opt_level(arg: str) -> str | None:
+    if arg == "-O":
+        return "-O1"
+    if arg.startswith("-O") and len(arg) <= 6 and "=" not in arg:
+        return arg
+    return None
+
+
+def parse_args(tool: str, argv: Sequence[str], env: dict[str, str]) -> Invocation:
+    """Split mlgo's own options (`--mlgo-policy`, `--clang`) from the compiler's."""
+    policy = env.get(POLICY_ENV) or DEFAULT_POLICY
+    clang = env.get("MLGO_CLANG") or None
+    args: list[str] = []
+    level: str | None = None
+    sources: list[str] = []
+    codegen = True
+    language_given = False
+    it = iter(argv)
+    for arg in it:
+        if arg in ("--mlgo-policy", "--clang"):
+            value = next(it, None)
+            if value is None:
+                raise CCError(f"{arg} needs a value")
+            if arg == "--mlgo-policy":
+                policy = value
+            else:
+                clang = value
+            continue
+        if arg.startswith("--mlgo-policy="):
+            policy = arg.split("=", 1)[1]
+            continue
+        if arg.startswith("--clang="):
+            clang = arg.split("=", 1)[1]
+            continue
+        args.append(arg)
+        if arg in _TAKES_VALUE:
+            value = next(it, None)
+            if value is not None:
+                args.append(value)
+                if arg == "-x":
+                    language_given = value != "none"
+            continue
+        if arg.startswith("-x") and len(arg) > 2:
+            language_given = arg[2:] != "none"
+        if arg in _NO_CODEGEN:
+            codegen = False
+        elif (lvl := _opt_level(arg)) is not None:
+            level = lvl
+        elif _is_source(arg, language_given):
+            sources.append(arg)
+    return Invocation(tool, tuple(args), policy, clang, level, tuple(sources), codegen, env)
+
+
+def _is_source(arg: str, language_given: bool) -> bool:
+    if arg == "-":  # stdin: a source only with an explicit -x LANG
+        return language_given
+    return not arg.startswith("-") and (Path(arg).suffix in SOURCE_SUFFIXES or language_given)
+
+
+def driver_argv(inv: Invocation) -> list[str]:
+    """The compiler driver prefix: bundled `zig cc` / `zig c++`, or the chosen clang."""
+    if inv.clang is None:
+        from pymlgo.toolchain.compiler import bundled_zig  # no version query: zig is pinned
+
+        return [str(bundled_zig()), inv.tool]
+    from pymlgo.toolchain.compiler import find_compiler
+
+    compiler = find_compiler(inv.clang)
+    return list(compiler.cc_argv if inv.tool == "cc" else compiler.cxx_argv)
+
+
+def compiler_env(inv: Invocation, driver: Sequence[str]) -> dict[str, str]:
+    """The compiler's environment. For a native target, zig's driver finds the system libc
+    by running `$CC -E -Wp,-v ...` and `$CC -print-file-name=...`: under make that is
+    `mlgo cc` again, three Python starts per compile. Point it at zig's own driver, which
+    answers those exactly as `mlgo cc` would (they pass through unchanged)."""
+    env = dict(inv.env)
+    if inv.clang is None:
+        env["CC"] = shlex.join([driver[0], "cc"])
+        env["CXX"] = shlex.join([driver[0], "c++"])
+    return env
+
+
+def channel_args(base: Path) -> list[str]:
+    return [
+        "-mllvm", "-enable-ml-inliner=release",
+        "-mllvm", f"-inliner-interactive-channel-base={base}",
+        "-mllvm", "-inliner-interactive-include-default",
+        "-mllvm", f"-ml-advisor-size-increase-threshold={SIZE_INCREASE_THRESHOLD}",
+    ]  # fmt: skip
+
+
+def policy_command(inv: Invocation, driver: Sequence[str], base: Path) -> list[str]:
+    """The full compiler command when the policy answers the inliner."""
+    extra = ["-Xclang", "-Oz"] if inv.clang is None and inv.opt_level == "-Oz" else []
+    return [*driver, *inv.compiler_args, *extra, *channel_args(base)]
+
+
+def reference_command(inv: Invocation, driver: Sequence[str]) -> list[str]:
+    """What `mlgo cc` with policy `default` must equal byte for byte: the same command
+    at the same cc1 level, without the channel."""
+    extra = ["-Xclang", "-Oz"] if inv.clang is None and inv.opt_level == "-Oz" else []
+    return [*driver, *inv.compiler_args, *extra]
+
+
+@dataclass
+class ServeStats:
+    sessions: int = 0
+    decisions: int = 0
+    inlined: int = 0
+
+
+def _serve(base: Path, proc: subprocess.Popen[bytes], policy_spec: str, module: str,
+           timeout: float) -> ServeStats:
+    """Answer every channel session of `proc` until it exits."""
+    # Imported only now: the compiler is already running its front end meanwhile.
+    from pymlgo.policy.store import load_policy
+    from pymlgo.protocol.channel import ChannelError, serve_channel
+
+    policy = load_policy(policy_spec)
+    required = policy.required_features
+    stats = ServeStats()
+    stale = 0
+    while True:
+        try:
+            session = serve_channel(base, _advisor(policy.for_module(module), required, stats),
+                                    timeout=timeout,
+                                    compiler_alive=lambda: proc.poll() is None)
+        except ChannelError as exc:
+            if proc.poll() is not None:
+                return stats  # the compiler is done (no more cc1 runs, or a cached build)
+            # cc1 may still hold the read end from the session that just ended when we
+            # reopen it: that looks like a session without a header. Retry a while.
+            if "without sending a header" in str(exc) and stale < 2000:
+                stale += 1
+                time.sleep(0.005)
+                continue
+            raise
+        stale = 0
+        stats.sessions += 1
+        stats.decisions += len(session.decisions)
+
+
+def _advisor(decide: Any, required: Sequence[str], stats: ServeStats) -> Any:
+    """The channel callback for one session: features by name -> the policy's decision."""
+    from pymlgo.protocol.features import select_features
+
+    indices: list[int] | None = None
+
+    def advise(context: str, obs: Any, header: Any) -> int:
+        nonlocal indices
+        if indices is None:  # the header is fixed for the session
+            indices = select_features(header.features, required)
+        value = int(decide({header.features[i].name: obs.tensors[i] for i in indices}))
+        stats.inlined += value != 0
+        return value
+
+    return advise
+
+
+def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: float) -> None:
+    path = inv.env.get(LOG_ENV)
+    if not path:
+        return
+    rec = {"cwd": os.getcwd(), "args": list(inv.compiler_args), "policy": inv.policy,
+           "opt_level": inv.opt_level, "served": stats is not None,
+           "sessions": stats.sessions if stats else 0,
+           "decisions": stats.decisions if stats else 0,
+           "inlined": stats.inlined if stats else 0,
+           "returncode": returncode, "seconds": round(seconds, 4)}
+    # One short O_APPEND write per line: parallel make jobs do not interleave lines.
+    with open(path, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def run(inv: Invocation) -> int:
+    """Compile as asked; returns the compiler's exit code."""
+    started = time.monotonic()
+    driver = driver_argv(inv)
+    env = compiler_env(inv, driver)
+    if not inv.uses_policy:
+        if inv.env.get(LOG_ENV):
+            proc = subprocess.run([*driver, *inv.compiler_args], env=env, check=False)
+            _log(inv, None, proc.returncode, time.monotonic() - started)
+            return proc.returncode
+        os.execve(driver[0], [*driver, *inv.compiler_args], env)  # no wrapper left behind
+    timeout = float(inv.env.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
+    # make and friends stop jobs with SIGTERM: unwind, so the compiler group is killed too.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
+    tmp = Path(tempfile.mkdtemp(prefix="mlgo-cc-"))
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        base = tmp / "channel"
+        os.mkfifo(f"{base}.in", 0o600)
+        os.mkfifo(f"{base}.out", 0o600)
+        # Its own process group: zig's driver runs clang as a child, which must die with
+        # it if the policy fails (it would otherwise wait forever to open the channel).
+        proc = subprocess.Popen(policy_command(inv, driver, base), env=env,
+                                start_new_session=True)
+        try:
+            stats = _serve(base, proc, inv.policy, inv.sources[0], timeout)
+        except Exception as exc:
+            _kill(proc)
+            raise CCError(f"the policy could not answer the compiler: {exc}") from exc
+        returncode = proc.wait()
+        _log(inv, stats, returncode, time.monotonic() - started)
+        return returncode
+    finally:
+        if proc is not None and proc.returncode is None:
+            _kill(proc)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the compiler and whatever it started (its process group), then reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+USAGE = """\
+usage: mlgo cc|c++ [--mlgo-policy P] [--clang PATH] COMPILER-ARGS...
+
+A drop-in C/C++ compiler: CC="mlgo cc" CXX="mlgo c++" make. Compiles with the bundled clang
+(zig cc / zig c++) or --clang PATH ($MLGO_CLANG). When a command compiles sources at -Oz or
+-Os (the last -O flag), clang's inliner asks POLICY for every decision through LLVM's
+interactive channel; every other command runs unchanged.
+
+  --mlgo-policy P  default, never, always, random:P[:SEED], pretrained:NAME or a saved
+                   policy directory ($MLGO_POLICY; default: pretrained:inlining-oz)
+  --clang PATH     a clang >= 17 instead of the bundled one ($MLGO_CLANG)
+
+Environment: MLGO_CC_LOG=FILE appends one JSON line per command (decisions served, exit
+code); MLGO_CC_TIMEOUT=S bounds one channel session (default: 86400).
+With the bundled driver, -Oz adds -Xclang -Oz: zig cc alone runs cc1 at -Os.
+"""
+
+
+def main(tool: str, argv: Sequence[str]) -> int:
+    if tool not in ("cc", "c++"):
+        raise ValueError(f"tool must be cc or c++, not {tool!r}")
+    if not argv or list(argv) in (["--help"], ["-h"], ["--mlgo-help"]):
+        print(USAGE, end="", file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    try:
+        inv = parse_args(tool, argv, dict(os.environ))
+        return run(inv)
+    except CCError as exc:
+        print(f"mlgo {tool}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a compiler wrapper must say what failed, not dump a trace
+        from pymlgo.policy.store import PolicyLoadError
+        from pymlgo.toolchain.compiler import CompilerError
+
+        if isinstance(exc, PolicyLoadError | CompilerError | OSError):
+            print(f"mlgo {tool}: {exc}", file=sys.stderr)
+            return 1
+        raise
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,136 @@
+"""Regenerate the shipped pretrained policy (`pretrained:inlining-oz`) byte for byte.
+
+    python -m pymlgo.deploy.pretrained --output_dir out/pretrained-inlining-oz
+
+is exactly `mlgo train --config configs/pretrained-inlining-oz.toml --corpus demo
+--output_dir OUT/train`, then a copy of `OUT/train/best/{policy.json,weights.npz,vocab.json}`
+into `pymlgo/policy/pretrained/inlining-oz/`, then an evaluation of that policy on the
+training and held-out modules of the same split (`OUT/numbers.json`, the README's numbers).
+Training is deterministic for a seed and a budget in iterations (not minutes), and saving is
+byte-deterministic, so the same config, corpus and compiler give the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pymlgo.policy.store import POLICY_FILE, VOCAB_FILE, WEIGHTS_FILE, pretrained_root
+
+NAME = "inlining-oz"
+CONFIG_NAME = "configs/pretrained-inlining-oz.toml"
+POLICY_FILES = (POLICY_FILE, WEIGHTS_FILE, VOCAB_FILE)
+NUMBERS_FILE = "numbers.json"
+
+
+def repo_config() -> Path:
+    """The config file in a source checkout (the package itself does not ship it)."""
+    return Path(__file__).resolve().parents[2] / CONFIG_NAME
+
+
+def install_policy(source: Path, dest: Path) -> None:
+    """Copy a saved policy's three files into `dest`, replacing it only once complete."""
+    missing = [f for f in POLICY_FILES if not (source / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{source}: not a saved policy (missing {', '.join(missing)})")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        for f in POLICY_FILES:
+            shutil.copyfile(source / f, staging / f)
+            (staging / f).chmod(0o644)
+        staging.chmod(0o755)
+        old = dest.with_name(f".{dest.name}.old")
+        if dest.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(dest, old)
+        os.replace(staging, dest)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def train_command(config: Path, corpus: str, train_dir: Path, workers: int | None) -> list[str]:
+    """The `mlgo train` arguments this regeneration runs (also what the README shows)."""
+    argv = ["train", "--config", str(config), "--corpus", corpus, "--output_dir", str(train_dir),
+            "--no-tensorboard"]
+    return argv + (["--workers", str(workers)] if workers else [])
+
+
+def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
+                   workers: int | None) -> dict[str, Any]:
+    """Size change vs -Oz of the policy on the training and held-out modules of the split
+    the training run used (the split is a function of the config's seed and fractions)."""
+    from pymlgo.cli import common
+    from pymlgo.evaluate.eval import corpus_jobs, evaluate
+    from pymlgo.policy.store import load_policy_dir
+    from pymlgo.toolchain.compiler import find_compiler
+    from pymlgo.train import config as cfg
+    from pymlgo.train.trainer import make_split
+    from pymlgo.workers import make_executor
+
+    config = cfg.from_dict(cfg.TrainConfig, cfg.read_toml(config_path))
+    corpus = common.resolve_corpus(corpus_spec)
+    split = make_split(config, corpus)
+    compiler = find_compiler(None)
+    policy = load_policy_dir(policy_dir)
+    out: dict[str, Any] = {"compiler": compiler.describe()}
+    with make_executor(None, common.default_workers(workers)) as ex:
+        for name, modules in (("train", split.train), ("validation", split.validation),
+                              ("heldout", split.heldout)):
+            rep = evaluate(ex, compiler, corpus_jobs(corpus, modules), policy)
+            out[name] = {"modules": len(rep.ok_modules), "baseline_bytes": rep.baseline_total,
+                         "policy_bytes": rep.policy_total, "change": rep.change}
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m pymlgo.deploy.pretrained",
+        description="Regenerate pymlgo/policy/pretrained/inlining-oz: train with the pinned "
+        "config, install train/best, and measure it on the training and held-out modules.",
+    )
+    p.add_argument("--output_dir", "--output-dir", dest="output_dir", type=Path, required=True,
+                   metavar="DIR", help="run directory (DIR/train is the `mlgo train` output)")
+    p.add_argument("--config", type=Path, default=None,
+                   help=f"training config (default: {CONFIG_NAME} of this checkout)")
+    p.add_argument("--corpus", default="demo", help="corpus (default: demo)")
+    p.add_argument("--install-to", dest="install_to", type=Path, default=None, metavar="DIR",
+                   help=f"where the policy goes (default: the package's pretrained/{NAME})")
+    p.add_argument("--no-eval", dest="evaluate", action="store_false",
+                   help="skip measuring the installed policy")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="compile workers (does not change the result)")
+    args = p.parse_args(argv)
+
+    from pymlgo.cli.main import main as mlgo
+
+    config = args.config or repo_config()
+    if not config.is_file():
+        print(f"pretrained: config {config} not found (pass --config)", file=sys.stderr)
+        return 2
+    train_dir = args.output_dir / "train"
+    rc = mlgo(train_command(config, args.corpus, train_dir, args.workers))
+    if rc != 0:
+        return rc
+    dest = args.install_to or pretrained_root() / NAME
+    install_policy(train_dir / "best", dest)
+    print(f"installed {train_dir / 'best'} -> {dest}")
+    if args.evaluate:
+        numbers = evaluate_split(config, args.corpus, dest, args.workers)
+        text = json.dumps(numbers, indent=2) + "\n"
+        (args.output_dir / NUMBERS_FILE).write_text(text)
+        print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""`mlgo cc`: a drop-in compiler. Real compiles with the bundled clang: byte-identical to
+plain clang under the `default` policy, untouched for anything but -Oz/-Os, never hung by
+zig's cache, and a real multi-file program built by make with the pretrained policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pymlgo.deploy import cc
+from pymlgo.problems.inlining.compile import channel_flags
+from pymlgo.toolchain.compiler import bundled_zig
+from pymlgo.toolchain.elf import text_size
+
+MINIC = Path(__file__).parent / "data" / "minic"
+
+
+def mlgo_command() -> list[str]:
+    """How a build would call mlgo: the installed script next to this Python, else -m."""
+    script = Path(sys.executable).with_name("mlgo")
+    if script.is_file():
+        return [str(script)]
+    found = shutil.which("mlgo")
+    return [found] if found else [sys.executable, "-m", "pymlgo.cli.main"]
+
+
+def mlgo_cc(*args: str, cwd: Path, log: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if k != "MLGO_POLICY"}
+    full.update(env or {})
+    if log is not None:
+        full["MLGO_CC_LOG"] = str(log)
+    return subprocess.run([*mlgo_command(), "cc", *args], cwd=cwd, env=full,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def zig_cc(*args: str, cwd: Path) -> None:
+    subprocess.run([str(bundled_zig()), "cc", *args], cwd=cwd, check=True, timeout=600)
+
+
+def log_records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture()
+def src(tmp_path: Path) -> Path:
+    for f in MINIC.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    return tmp_path
+
+
+# --- arguments -----------------------------------------------------------------------------
+
+
+def test_the_last_optimization_flag_decides_whether_the_policy_is_asked():
+    inv = cc.parse_args("cc", ["-O2", "-c", "a.c", "-Oz", "-o", "a.o"], {})
+    assert inv.opt_level == "-Oz" and inv.sources == ("a.c",) and inv.uses_policy
+    assert not cc.parse_args("cc", ["-Oz", "-O2", "-c", "a.c"], {}).uses_policy
+    assert cc.parse_args("cc", ["-Os", "-c", "x.cpp"], {}).uses_policy
+    # links and preprocessing never run the inliner: passed through
+    assert not cc.parse_args("cc", ["-Oz", "-o", "prog", "a.o", "b.o"], {}).uses_policy
+    assert not cc.parse_args("cc", ["-Oz", "-E", "a.c"], {}).uses_policy
+    # an option's value is not a source or a flag
+    inv = cc.parse_args("cc", ["-Oz", "-o", "out.c", "-MF", "-Os", "-c", "in.c"], {})
+    assert inv.sources == ("in.c",) and inv.opt_level == "-Oz"
+
+
+def test_mlgo_options_are_removed_and_the_environment_gives_defaults():
+    inv = cc.parse_args("cc", ["--mlgo-policy", "never", "-Oz", "-c", "a.c"],
+                        {"MLGO_POLICY": "always"})
+    assert inv.policy == "never" and inv.compiler_args == ("-Oz", "-c", "a.c")
+    assert cc.parse_args("cc", ["-c", "a.c"], {"MLGO_POLICY": "always"}).policy == "always"
+    assert cc.parse_args("cc", ["-c", "a.c"], {}).policy == "pretrained:inlining-oz"
+    inv = cc.parse_args("c++", ["--clang=/x/clang", "--mlgo-policy=default", "-c", "a.cc"], {})
+    assert inv.clang == "/x/clang" and inv.compiler_args == ("-c", "a.cc")
+    with pytest.raises(cc.CCError, match="needs a value"):
+        cc.parse_args("cc", ["--mlgo-policy"], {})
+
+
+def test_channel_flags_are_those_of_training_compiles(tmp_path):
+    assert cc.channel_args(tmp_path / "ch") == channel_flags(tmp_path / "ch")
+
+
+# --- real compiles -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", ["-Oz", "-Os"])
+def test_default_policy_gives_the_bytes_of_plain_clang(src, level):
+    log = src / "log.jsonl"
+    res = mlgo_cc("--mlgo-policy", "default", level, "-c", "table.c", "-o", "m.o",
+                  cwd=src, log=log)
+    assert res.returncode == 0, res.stderr
+    inv = cc.parse_args("cc", [level, "-c", "table.c", "-o", "ref.o"], {})
+    subprocess.run(cc.reference_command(inv, cc.driver_argv(inv)), cwd=src, check=True)
+    assert (src / "m.o").read_bytes() == (src / "ref.o").read_bytes()
+    (rec,) = log_records(log)
+    assert rec["served"] and rec["sessions"] == 1 and rec["decisions"] > 0
+
+
+def test_oz_reaches_cc1_as_oz_not_as_zigs_os(src):
+    # zig cc alone runs cc1 at -Os for -Oz; mlgo cc keeps the level the user asked for.
+    inv = cc.parse_args("cc", ["-Oz", "-c", "table.c"], {})
+    cmd = cc.reference_command(inv, cc.driver_argv(inv))
+    out = subprocess.run([*cmd, "-###"], cwd=src, capture_output=True, text=True, check=True)
+    cc1 = next(line for line in out.stderr.splitlines() if '"-cc1"' in line)
+    levels = [a.strip('"') for a in shlex.split(cc1) if a.strip('"').startswith("-O")]
+    assert levels[-1] == "-Oz"
+
+
+def test_other_compiles_pass_through_untouched(src):
+    log = src / "log.jsonl"
+    res = mlgo_cc("-O2", "-c", "sort.c", "-o", "m.o", cwd=src, log=log)
+    assert res.returncode == 0, res.stderr
+    zig_cc("-O2", "-c", "sort.c", "-o", "ref.o", cwd=src)
+    assert (src / "m.o").read_bytes() == (src / "ref.o").read_bytes()
+    assert log_records(log)[0]["served"] is False
+    bad = mlgo_cc("-O2", "-c", "missing.c", cwd=src)
+    assert bad.returncode != 0 and "missing.c" in bad.stderr  # the compiler's own error
+
+
+def test_one_command_with_two_sources_serves_both_cc1_runs(src):
+    log = src / "log.jsonl"
+    res = mlgo_cc("--mlgo-policy", "default", "-Oz", "-c", "b64.c", "table.c", cwd=src, log=log)
+    assert res.returncode == 0, res.stderr
+    (rec,) = log_records(log)
+    assert rec["sessions"] == 2
+    # (zig's driver writes what it writes for two sources; the same as without mlgo)
+    got = {p.name: p.read_bytes() for p in src.glob("*.o")}
+    ref = src / "ref"
+    ref.mkdir()
+    inv = cc.parse_args("cc", ["-Oz", "-c", "../b64.c", "../table.c"], {})
+    subprocess.run(cc.reference_command(inv, cc.driver_argv(inv)), cwd=ref, check=True)
+    assert got and got == {p.name: p.read_bytes() for p in ref.glob("*.o")}
+
+
+def test_a_compile_that_never_opens_the_channel_ends_when_the_compiler_does(src, tmp_path):
+    # zig cc caches objects: an identical second command runs no clang and never opens
+    # the FIFOs. The host must notice the exit instead of waiting for the channel.
+    fifo_dir = tmp_path / "fifos"
+    fifo_dir.mkdir()
+    base = fifo_dir / "channel"
+    os.mkfifo(f"{base}.in")
+    os.mkfifo(f"{base}.out")
+    inv = cc.parse_args("cc", ["-Oz", f"-DMLGO_CACHE_TEST={time.time_ns()}", "-c", "sort.c",
+                               "-o", "s.o"], {})
+    cmd = cc.policy_command(inv, cc.driver_argv(inv), base)
+    sessions = []
+    for _ in range(2):
+        proc = subprocess.Popen(cmd, cwd=src)
+        stats = cc._serve(base, proc, "default", "sort.c", timeout=600)
+        assert proc.wait() == 0
+        sessions.append(stats.sessions)
+    assert sessions == [1, 0]  # compiled, then a cache hit: no channel, no hang
+
+
+def test_a_policy_that_cannot_load_fails_the_compile_with_a_clear_message(src):
+    res = mlgo_cc("--mlgo-policy", "no/such/policy", "-Oz", "-c", "b64.c", "-o", "x.o", cwd=src)
+    assert res.returncode == 1
+    assert "mlgo cc:" in res.stderr and "no/such/policy" in res.stderr
+    assert not (src / "x.o").exists()
+
+
+def test_help_describes_the_wrapper(src):
+    res = mlgo_cc("--help", cwd=src)
+    assert res.returncode == 0 and "--mlgo-policy" in res.stdout and "MLGO_POLICY" in res.stdout
+
+
+# --- the must-show: a real program built by make ---------------------------------------------
+
+
+def build(src: Path, cc_command: str, cflags: str, log: Path | None = None) -> Path:
+    env = dict(os.environ)
+    env.pop("MLGO_POLICY", None)  # the shipped default
+    if log is not None:
+        env["MLGO_CC_LOG"] = str(log)
+    subprocess.run(["make", "-s", f"CC={cc_command}", f"CFLAGS={cflags}"], cwd=src, env=env,
+                   check=True, timeout=1200)
+    return src / "minic"
+
+
+def test_make_builds_a_working_program_with_the_pretrained_policy(tmp_path):
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    ml_src, oz_src = tmp_path / "mlgo", tmp_path / "oz"
+    for d in (ml_src, oz_src):
+        shutil.copytree(MINIC, d)
+    log = tmp_path / "cc.jsonl"
+    ml = build(ml_src, shlex.join([*mlgo_command(), "cc"]), "-Oz", log)
+    # Plain clang at -Oz through the same driver (zig cc alone would run cc1 at -Os).
+    oz = build(oz_src, shlex.join([str(bundled_zig()), "cc"]), "-Oz -Xclang -Oz")
+
+    for prog in (ml, oz):
+        run = subprocess.run([str(prog)], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0 and run.stdout == "ok\n"  # its own checks passed
+
+    served = [r for r in log_records(log) if r["served"]]
+    assert sorted(Path(r["args"][r["args"].index("-c") + 1]).name for r in served) == [
+        "b64.c", "main.c", "sort.c", "table.c"]
+    assert all(r["policy"] == "pretrained:inlining-oz" for r in served)
+    assert sum(r["decisions"] for r in served) > 0
+
+    sizes = {
+        name: {"program": text_size(d / "minic"),
+               **{o: text_size(d / o) for o in ("b64.o", "table.o", "sort.o", "main.o")}}
+        for name, d in (("mlgo cc pretrained", ml_src), ("clang -Oz", oz_src))
+    }
+    print("\n.text bytes:", json.dumps(sizes, indent=1))
+    assert all(v > 0 for s in sizes.values() for v in s.values())
