@@ -123,6 +123,14 @@ def train_regalloc(
             lines.append(json.dumps(entry, sort_keys=True))
             write_atomic(scalars_path, ("\n".join(lines) + "\n").encode())
 
+    hyper = {"algorithm": config.algo, "seed": config.seed, "iterations": config.iterations,
+             "hidden": list(config.hidden), "es": dataclasses.asdict(config.es),
+             "ppo": dict(config.ppo_options)}
+
+    def stamped(policy: EvictionPolicy, iteration: int) -> EvictionPolicy:
+        return EvictionPolicy(policy.network, name=f"regalloc-{config.algo}",
+                              hyperparameters={**hyper, "iteration": iteration})
+
     history: list[dict[str, float]] = []
     best = algo.policy()
     best_val = env.evaluate(best, val)
@@ -137,15 +145,13 @@ def train_regalloc(
         v = env.evaluate(current, val)
         if v["fitness"] > best_val["fitness"]:
             best, best_val, best_iteration = current, v, it
+            if output_dir is not None:  # saved at once: an interrupted run keeps its best
+                save_eviction_policy(stamped(best, it), output_dir / "best")
         record({"iteration": float(it), **scalars,
                 **{f"validation/{k}": x for k, x in v.items()},
                 "seconds": time.monotonic() - started})
-    hyper = {"algorithm": config.algo, "seed": config.seed, "iterations": config.iterations,
-             "hidden": list(config.hidden), "best_iteration": best_iteration,
-             "es": dataclasses.asdict(config.es), "ppo": dict(config.ppo_options)}
-    best = EvictionPolicy(best.network, hyperparameters=hyper, name=f"regalloc-{config.algo}")
-    final = EvictionPolicy(algo.policy().network, hyperparameters=hyper,
-                           name=f"regalloc-{config.algo}")
+    best = stamped(best, best_iteration)
+    final = stamped(algo.policy(), len(history) - 1)
     if output_dir is not None:
         save_eviction_policy(best, output_dir / "best")
         save_eviction_policy(final, output_dir / "final")
