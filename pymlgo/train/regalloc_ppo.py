@@ -34,7 +34,7 @@ from pymlgo.policy.regalloc import (
 )
 from pymlgo.problems.base import ModuleResult, Trajectory
 from pymlgo.problems.regalloc.advice import MASK_FEATURE
-from pymlgo.problems.regalloc.reward import function_rewards, split_by_function
+from pymlgo.problems.regalloc.reward import function_rewards
 from pymlgo.train.nets import MLP
 from pymlgo.train.regalloc_env import RegallocEnv
 
@@ -49,7 +49,7 @@ class RegallocPPOConfig:
     clip: float = 0.2
     entropy_coef: float = 0.003
     max_grad_norm: float = 1.0
-    max_decisions: int = 20000  # per iteration, a seeded subsample beyond this (memory)
+    max_decisions: int = 20000  # per iteration, split over the trajectories (memory)
 
 
 class TorchEvictionNet(nn.Module):
@@ -94,22 +94,28 @@ def function_advantages(samples: Sequence[ModuleResult], baseline: ModuleResult
     return out
 
 
-def trajectory_batch(trajectory: Trajectory, advantages: dict[str, float]) -> Batch | None:
-    """Encoded decisions of the functions that have an advantage, with a real choice."""
-    xs, masks, acts, advs = [], [], [], []
-    for fn, traj in split_by_function(trajectory).items():
-        if fn not in advantages:
-            continue
-        mask = traj.features[MASK_FEATURE].reshape(len(traj), -1) == 1
-        for i in np.flatnonzero(mask.sum(axis=1) > 1):
-            xs.append(encode({name: v[i] for name, v in traj.features.items()}))
-            masks.append(mask[i])
-            acts.append(int(traj.advice[i].reshape(-1)[0]))
-            advs.append(advantages[fn])
-    if not xs:
+def trajectory_batch(trajectory: Trajectory, advantages: dict[str, float], *,
+                     limit: int | None = None,
+                     rng: np.random.Generator | None = None) -> Batch | None:
+    """Encoded decisions of the functions that have an advantage, with a real choice; at
+    most `limit` of them (a seeded subsample, drawn before encoding: a large module sends
+    tens of thousands of decisions)."""
+    traj = trajectory
+    n = len(traj)
+    if n == 0:
         return None
-    return Batch(np.stack(xs), np.stack(masks), np.array(acts, dtype=np.int64),
-                 np.array(advs, dtype=np.float64))
+    fns = np.asarray(traj.contexts, dtype=object)
+    mask = traj.features[MASK_FEATURE].reshape(n, -1) == 1
+    keep = (mask.sum(axis=1) > 1) & np.isin(fns, list(advantages))
+    rows = np.flatnonzero(keep)
+    if limit is not None and len(rows) > limit:
+        rows = np.sort((rng or np.random.default_rng(0)).choice(rows, limit, replace=False))
+    if not len(rows):
+        return None
+    x = np.stack([encode({name: v[i] for name, v in traj.features.items()}) for i in rows])
+    actions = traj.advice.reshape(n, -1)[rows, 0].astype(np.int64)
+    adv = np.array([advantages[fns[i]] for i in rows], dtype=np.float64)
+    return Batch(x, mask[rows], actions, adv)
 
 
 def concat(batches: Sequence[Batch]) -> Batch:
@@ -139,6 +145,7 @@ class RegallocPPO:
         seeds = self.rng.integers(0, 2**62, size=cfg.samples_per_module)
         results = env.run([behaviour.sampling(int(s)) for s in seeds], modules, record=True)
         batches, functions, rewards = [], 0, []
+        per_trajectory = max(1, cfg.max_decisions // max(1, len(modules) * len(seeds)))
         for m in modules:
             samples = [r.get(m) for r in results]
             if m not in env.baselines or any(s is None or not s.ok or s.trajectory is None
@@ -151,16 +158,12 @@ class RegallocPPO:
             for s, a in zip(ok, adv, strict=True):
                 functions += len(a)
                 assert s.trajectory is not None
-                b = trajectory_batch(s.trajectory, a)
+                b = trajectory_batch(s.trajectory, a, rng=self.rng, limit=per_trajectory)
                 if b is not None:
                     batches.append(b)
         if not batches:
             return {"ppo/decisions": 0.0}
         batch = concat(batches)
-        if len(batch.actions) > cfg.max_decisions:
-            keep = np.sort(self.rng.choice(len(batch.actions), cfg.max_decisions, replace=False))
-            batch = Batch(batch.x[keep], batch.mask[keep], batch.actions[keep],
-                          batch.advantages[keep])
         n = len(batch.actions)
         logp_old = masked_log_softmax(behaviour.network.scores(batch.x), batch.mask)[
             np.arange(n), batch.actions].astype(np.float64)
