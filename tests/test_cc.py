@@ -1,6 +1,7 @@
 """`mlgo cc`: a drop-in compiler. Real compiles with the bundled clang: byte-identical to
 plain clang under the `default` policy, untouched for anything but -Oz/-Os, never hung by
-zig's cache, and a real multi-file program built by make with the pretrained policy."""
+zig's cache, and a real compressor (lz4 + a round-trip driver) built by make with the
+pretrained policy."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -20,7 +22,8 @@ from pymlgo.problems.inlining.compile import channel_flags
 from pymlgo.toolchain.compiler import bundled_zig
 from pymlgo.toolchain.elf import text_size
 
-MINIC = Path(__file__).parent / "data" / "minic"
+DATA = Path(__file__).parent / "data"
+MINIC = DATA / "minic"
 
 
 def mlgo_command() -> list[str]:
@@ -175,42 +178,74 @@ def test_help_describes_the_wrapper(src):
 
 # --- the must-show: a real program built by make ---------------------------------------------
 
+LZ4_MAKEFILE = """\
+OBJS = lz4.o lz4hc.o lz4frame.o xxhash.o lz4_roundtrip.o
+lz4rt: $(OBJS)
+\t$(CC) $(CFLAGS) -o $@ $(OBJS)
+%.o: %.c
+\t$(CC) $(CFLAGS) -c $< -o $@
+"""
+LZ4_OBJECTS = ("lz4.o", "lz4hc.o", "lz4frame.o", "xxhash.o", "lz4_roundtrip.o")
 
-def build(src: Path, cc_command: str, cflags: str, log: Path | None = None) -> Path:
-    env = dict(os.environ)
-    env.pop("MLGO_POLICY", None)  # the shipped default
+
+def lz4_project(dest: Path) -> Path:
+    """lz4's library sources (the pinned sdist of the demo corpus) and a driver that
+    compresses and decompresses with the fast, HC and frame formats and checks every round
+    trip (tests/data/regalloc/lz4_roundtrip.c), with a Makefile."""
+    from pymlgo.corpus.demo import cache_root, download_sdists
+
+    sdist = download_sdists(cache_root() / "sdists", progress=False)["lz4"]
+    dest.mkdir()
+    with tarfile.open(sdist) as tar:
+        for m in tar.getmembers():
+            if "/lz4libs/" in m.name and m.isfile():
+                data = tar.extractfile(m)
+                assert data is not None
+                (dest / Path(m.name).name).write_bytes(data.read())
+    shutil.copy(DATA / "regalloc" / "lz4_roundtrip.c", dest)
+    (dest / "Makefile").write_text(LZ4_MAKEFILE)
+    return dest
+
+
+def make(src: Path, cc_command: str, cflags: str, log: Path | None = None) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLGO_POLICY", "MLGO_CC_LOG")}
     if log is not None:
         env["MLGO_CC_LOG"] = str(log)
     subprocess.run(["make", "-s", f"CC={cc_command}", f"CFLAGS={cflags}"], cwd=src, env=env,
-                   check=True, timeout=1200)
-    return src / "minic"
+                   check=True, timeout=1800)
 
 
-def test_make_builds_a_working_program_with_the_pretrained_policy(tmp_path):
+def test_make_builds_a_working_compressor_with_the_pretrained_policy(tmp_path):
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    ml_src, oz_src = tmp_path / "mlgo", tmp_path / "oz"
-    for d in (ml_src, oz_src):
-        shutil.copytree(MINIC, d)
+    ml_src = lz4_project(tmp_path / "mlgo")
+    oz_src = lz4_project(tmp_path / "oz")
     log = tmp_path / "cc.jsonl"
-    ml = build(ml_src, shlex.join([*mlgo_command(), "cc"]), "-Oz", log)
-    # Plain clang at -Oz through the same driver (zig cc alone would run cc1 at -Os).
-    oz = build(oz_src, shlex.join([str(bundled_zig()), "cc"]), "-Oz -Xclang -Oz")
+    make(ml_src, shlex.join([*mlgo_command(), "cc"]), "-Oz", log)  # the shipped policy
+    # Plain clang at -Oz through the same driver (zig cc alone would run cc1 at -Os), with
+    # a define of its own so that zig's object cache cannot answer from an earlier build.
+    make(oz_src, shlex.join([str(bundled_zig()), "cc"]),
+         f"-Oz -Xclang -Oz -DPYMLGO_TEST_RUN={time.time_ns()}")
 
-    for prog in (ml, oz):
-        run = subprocess.run([str(prog)], capture_output=True, text=True, timeout=60)
-        assert run.returncode == 0 and run.stdout == "ok\n"  # its own checks passed
+    outputs = []
+    for src in (ml_src, oz_src):
+        run = subprocess.run([str(src / "lz4rt")], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run  # every round trip gave the input back
+        assert run.stdout.startswith("ok ")
+        outputs.append(run.stdout)
+    assert outputs[0] == outputs[1]  # same checksum of the same data
 
     served = [r for r in log_records(log) if r["served"]]
-    assert sorted(Path(r["args"][r["args"].index("-c") + 1]).name for r in served) == [
-        "b64.c", "main.c", "sort.c", "table.c"]
-    assert all(r["policy"] == "pretrained:inlining-oz" for r in served)
-    assert sum(r["decisions"] for r in served) > 0
+    assert sorted(r["args"][r["args"].index("-c") + 1] for r in served) == sorted(
+        o.replace(".o", ".c") for o in LZ4_OBJECTS)
+    assert all(r["policy"] == "pretrained:inlining-oz" and r["returncode"] == 0
+               for r in served)
+    assert sum(r["decisions"] for r in served) > 100
 
     sizes = {
-        name: {"program": text_size(d / "minic"),
-               **{o: text_size(d / o) for o in ("b64.o", "table.o", "sort.o", "main.o")}}
-        for name, d in (("mlgo cc pretrained", ml_src), ("clang -Oz", oz_src))
+        name: {"program": text_size(d / "lz4rt"), **{o: text_size(d / o) for o in LZ4_OBJECTS}}
+        for name, d in (("mlgo cc (pretrained:inlining-oz)", ml_src), ("clang -Oz", oz_src))
     }
-    print("\n.text bytes:", json.dumps(sizes, indent=1))
+    objs = {n: sum(v for k, v in s.items() if k != "program") for n, s in sizes.items()}
+    print("\n.text bytes:", json.dumps({"per_file": sizes, "objects_total": objs}, indent=1))
     assert all(v > 0 for s in sizes.values() for v in s.values())

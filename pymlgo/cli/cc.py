@@ -8,11 +8,11 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     # Listed for `mlgo --help` only: `main` hands `mlgo cc ARGS...` to the compiler wrapper
     # before argparse sees it, because compiler arguments look like options.
-    for tool, lang in (("cc", "C"), ("c++", "C++")):
+    for tool, lang, var in (("cc", "C", "CC"), ("c++", "C++", "CXX")):
         p = sub.add_parser(
             tool,
-            help=f"drop-in {lang} compiler: CC=\"mlgo cc\" make; the policy answers the inliner "
-            "at -Oz/-Os (see `mlgo cc --help`)",
+            help=f"drop-in {lang} compiler ({var}=\"mlgo {tool}\" make): a policy answers "
+            "the inliner at -Oz/-Os (see `mlgo cc --help`)",
             add_help=False,
         )
         p.add_argument("args", nargs=argparse.REMAINDER)
