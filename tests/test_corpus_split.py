@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pymlgo.corpus.format import Corpus, CorpusError, Module
-from pymlgo.corpus.sample import Sampler, sample
+from pymlgo.corpus.sample import Sampler, sample, sample_by_package
 from pymlgo.corpus.split import Split, split_by_module, split_by_package
 
 # Package sizes like a real corpus: a few big libraries and some small ones.
@@ -133,6 +133,26 @@ def test_sample_more_than_the_corpus_uses_every_module_evenly() -> None:
     assert sorted(drawn[:3]) == names and sorted(drawn[3:6]) == names
     assert len(drawn) == 7
     assert sample(names, 0, 0) == []
+
+
+def test_sampling_by_package_gives_a_big_package_no_more_than_a_small_one() -> None:
+    # openssl-like: one package holds most modules of the corpus
+    names = [f"big/m{i}" for i in range(900)] + [f"{p}/m{i}" for p in "abcdef" for i in range(5)]
+    draws = [sample_by_package(names, 14, np.random.default_rng(s)) for s in range(50)]
+
+    for drawn in draws:
+        per_package = {p: sum(n.startswith(p + "/") for n in drawn) for p in [*"abcdef", "big"]}
+        assert sorted(per_package.values()) == [2, 2, 2, 2, 2, 2, 2]  # two rounds of seven
+        assert len(set(drawn)) == 14 and drawn == sorted(drawn)
+    assert draws[0] == sample_by_package(names, 14, np.random.default_rng(0))
+    assert draws[0] != draws[1]
+
+
+def test_sampling_by_package_takes_everything_when_asked_for_more() -> None:
+    names = ["a/x", "a/y", "b/z"]
+    assert sample_by_package(names, 10, np.random.default_rng(0)) == names
+    # once a small package is used up, the others fill the batch
+    assert sample_by_package(names, 3, np.random.default_rng(1)) == names
 
 
 def test_sampler_sees_every_module_once_per_epoch() -> None:

@@ -50,6 +50,7 @@ def test_toml_sets_nested_tables_and_keeps_defaults_elsewhere(tmp_path):
     ('[split]\nby = "file"', "split.by must be one of"),
     ('[policy]\nhidden = 40', "policy.hidden must be a list"),
     ('eval_every = 0', "eval_every must be >= 1"),
+    ('sample_by = "file"', "sample_by must be one of"),
 ])
 def test_a_bad_toml_value_or_unknown_key_is_an_error_naming_it(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):

@@ -42,6 +42,28 @@ def sample(modules: Sequence[T], k: int, rng: Rng) -> list[T]:
     return out
 
 
+def sample_by_package(names: Sequence[str], k: int, rng: np.random.Generator) -> list[str]:
+    """`k` distinct module names (all of them if there are fewer), sorted, drawn in rounds
+    that take one module from each package (the first path component) in a random order:
+    a package with a thousand modules gets no more of a batch than one with ten, so one
+    large project cannot dominate what a policy learns from."""
+    if k < 0:
+        raise ValueError(f"cannot sample {k} modules")
+    groups: dict[str, list[str]] = {}
+    for name in sorted(names):
+        groups.setdefault(name.split("/", 1)[0], []).append(name)
+    packages = sorted(groups)
+    picked: list[str] = []
+    while len(picked) < min(k, len(names)):
+        for i in rng.permutation(len(packages)):
+            pool = groups[packages[int(i)]]
+            if pool:
+                picked.append(pool.pop(int(rng.integers(len(pool)))))
+                if len(picked) == k:
+                    break
+    return sorted(picked)
+
+
 class Sampler(Generic[T]):
     """Endless batches over the modules in shuffled epochs: each module is seen once per
     epoch before any is seen again (batches may span an epoch boundary)."""

@@ -132,6 +132,9 @@ class TrainConfig:
     # "bc": behaviour-clone clang's heuristic first; a saved policy directory; "" for none
     warmstart: str = "bc"
     eval_every: int = 1  # validation compile every N iterations (and after the last)
+    # training batches: "module" (uniform over modules) or "package" (each package equally
+    # often, so one big project does not dominate the batches)
+    sample_by: Literal["module", "package"] = "module"
     split: SplitConfig = field(default_factory=SplitConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     bc: BCConfig = field(default_factory=BCConfig)
@@ -146,6 +149,8 @@ class TrainConfig:
             raise ConfigError("time_budget_minutes must be > 0")
         if self.iterations is not None and self.iterations < 0:
             raise ConfigError("iterations must be >= 0")
+        if self.sample_by not in ("module", "package"):
+            raise ConfigError(f"sample_by must be 'module' or 'package', not {self.sample_by!r}")
         if self.eval_every < 1:
             raise ConfigError("eval_every must be >= 1")
         if not 0 <= self.split.validation < 1 or not 0 <= self.split.heldout < 1:

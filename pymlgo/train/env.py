@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from pymlgo.corpus.sample import sample_by_package
 from pymlgo.problems.base import CompileJob, Policy
 from pymlgo.train.policies import PolicyBatch, tag_job, untag
 from pymlgo.workers.protocol import Executor, WorkSpec
@@ -97,6 +98,7 @@ class TrainEnv:
     jobs: Mapping[str, CompileJob]  # every module the env may compile, by name
     baselines: Mapping[str, int]  # -Oz bytes per module (modules without one are skipped)
     stats: RunStats = field(default_factory=RunStats)
+    sample_by: str = "module"  # "package": batches spread evenly over packages
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -107,6 +109,8 @@ class TrainEnv:
     def sample_modules(self, rng: np.random.Generator, n: int) -> list[str]:
         """`n` distinct modules (all of them if there are fewer), in sorted order."""
         names = self.names
+        if self.sample_by == "package":
+            return sample_by_package(names, n, rng)
         if n >= len(names):
             return list(names)
         picked = rng.choice(len(names), size=n, replace=False)

@@ -308,15 +308,15 @@ def make_algorithm(config: TrainConfig, setup: Setup) -> Algorithm:
     return DQN(config.dqn, setup.initial, seed)
 
 
-def make_envs(setup: Setup, corpus: Corpus, executor: Executor, spec: WorkSpec) -> tuple[
-    TrainEnv, TrainEnv, list[str]
-]:
+def make_envs(setup: Setup, corpus: Corpus, executor: Executor, spec: WorkSpec,
+              sample_by: str = "module") -> tuple[TrainEnv, TrainEnv, list[str]]:
     """(training env, validation env, validation module names)."""
     jobs = {j.module: j for j in corpus_jobs(corpus, (*setup.split.train,
                                                       *setup.split.validation))}
     # modules without a single inlining decision teach nothing: never compile them
     env = TrainEnv(executor, spec, {n: jobs[n] for n in setup.split.train
-                                    if setup.decisions.get(n, 0) > 0}, setup.baselines)
+                                    if setup.decisions.get(n, 0) > 0}, setup.baselines,
+                   sample_by=sample_by)
     val_env = TrainEnv(executor, spec, jobs, setup.baselines)
     # no validation modules (tiny corpora): pick the best on the training modules
     validation = set(setup.split.validation)
@@ -397,7 +397,7 @@ def train(
         if setup is None:
             setup = prepare(config, corpus, ex, compiler, spec, say)
             _atomic_write_bytes(out / SETUP_FILE, pickle.dumps(setup, protocol=5))
-        env, val_env, val_names = make_envs(setup, corpus, ex, spec)
+        env, val_env, val_names = make_envs(setup, corpus, ex, spec, config.sample_by)
         algo = make_algorithm(config, setup)
 
         if checkpoint is not None:
