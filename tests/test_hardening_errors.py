@@ -1,5 +1,7 @@
 """Errors people will hit get a message that says what to do, and leave nothing half-written.
 
+- no zig binary for this platform in the ziglang package, or a compiler binary built for
+  another platform;
 - a clang older than 17 (a stand-in script that answers `--version` like clang 16: only
   the version check is exercised, nothing is compiled with it);
 - a corpus built for another target (real compiles: another ELF target works, a Mach-O or
@@ -34,6 +36,31 @@ from pymlgo.problems.inlining.compile import compile_baseline, compile_with_poli
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.toolchain.bitcode import producer
 from pymlgo.toolchain.compiler import Compiler, CompilerError, find_compiler
+
+# --- no usable zig binary for this platform --------------------------------------------------
+
+
+def test_a_ziglang_without_a_binary_for_this_platform_says_how_to_get_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ziglang
+
+    # what an install for another platform looks like: the package, but no zig next to it
+    monkeypatch.setattr(ziglang, "__file__", str(tmp_path / "__init__.py"))
+    monkeypatch.delenv("MLGO_CLANG", raising=False)
+    with pytest.raises(CompilerError, match=r"no zig binary.*wheel per platform.*"
+                       r"--force-reinstall.*--clang PATH"):
+        find_compiler(None)
+
+
+def test_a_compiler_binary_for_another_platform_is_named_as_such(tmp_path: Path) -> None:
+    foreign = tmp_path / "clang"
+    # an ELF header for a machine this kernel cannot run: exec fails with ENOEXEC
+    foreign.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x02\x00\xff\xff" + bytes(44))
+    foreign.chmod(0o755)
+    with pytest.raises(CompilerError, match=r"binary for another platform.*--clang PATH"):
+        find_compiler(str(foreign))
+
 
 # --- clang < 17 -----------------------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -77,7 +79,13 @@ def bundled_zig() -> Path:
         ) from exc
     exe = Path(ziglang.__file__).parent / ("zig.exe" if os.name == "nt" else "zig")
     if not exe.is_file():
-        raise CompilerError(f"ziglang is installed but has no zig binary at {exe}")
+        raise CompilerError(
+            f"ziglang is installed but has no zig binary at {exe}: ziglang ships the binary "
+            f"in a wheel per platform, and none was installed for this one "
+            f"({platform.system()} {platform.machine()}). Reinstall it with "
+            "`pip install --force-reinstall --only-binary :all: ziglang==0.17.1`, or use "
+            f"another clang >= {MIN_CLANG_MAJOR} with --clang PATH / ${CLANG_ENV_VAR}"
+        )
     return exe
 
 
@@ -86,7 +94,15 @@ def _query_version(argv: list[str]) -> str:
         out = subprocess.run(
             [*argv, "--version"], capture_output=True, text=True, timeout=30, check=False
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except OSError as exc:
+        hint = ""
+        if exc.errno == errno.ENOEXEC:
+            hint = (f": it is a binary for another platform than this one "
+                    f"({platform.system()} {platform.machine()}); install the build for this "
+                    f"platform or use another clang >= {MIN_CLANG_MAJOR} with --clang PATH / "
+                    f"${CLANG_ENV_VAR}")
+        raise CompilerError(f"cannot run {argv[0]!r}: {exc}{hint}") from exc
+    except subprocess.TimeoutExpired as exc:
         raise CompilerError(f"cannot run {argv[0]!r}: {exc}") from exc
     m = _VERSION_RE.search(out.stdout + out.stderr)
     if not m:
