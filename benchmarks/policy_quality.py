@@ -92,10 +92,12 @@ def snapshot(corpora: Sequence[str], root: Path, skipped: dict[str, str]) -> Cor
 def quality_config(algo: str, seed: int, minutes: float, heldout: float) -> TrainConfig:
     """Hyperparameters for a 2-core, tens-of-minutes run (see the note in the report).
 
-    Batches are sampled by package: openssl is about 70% of the allowed modules, and a
-    policy trained on uniform batches would learn mostly openssl's code."""
+    Batches are uniform over modules, although openssl is about 70% of them. Measured with
+    `sample_by = "package"` (seed 0): the packages with one or two training modules
+    (fmtlib, expat) are then in every batch, ES fits them, and validation went from -0.83%
+    (the bc warm start) to +0.52% in 22 iterations while the batches improved by ~0.8%."""
     return make_config(
-        algo=algo, seed=seed, time_budget_minutes=minutes, warmstart="bc", sample_by="package",
+        algo=algo, seed=seed, time_budget_minutes=minutes, warmstart="bc",
         split={"by": "package", "validation": 0.1, "heldout": heldout},
         bc={"warmstart_epochs": 30},
         es={"population": 6, "sigma": 0.05, "learning_rate": 0.02,
