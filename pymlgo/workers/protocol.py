@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pymlgo.corpus.command import FlagEdits
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy
@@ -41,6 +41,10 @@ class WorkSpec:
     timeout: float = 300.0
     edits: FlagEdits = FlagEdits()
     memory_mb: int | None = None  # address-space limit per compile (None: unlimited)
+    # inlining only: an IR2Native model (`ir2native.model.IR2NativeModel`, numpy); each
+    # result's `extra` then holds per-function size estimates, a recorded trajectory the
+    # caller of each decision (partial rewards)
+    estimator: Any = None
 
 
 class Executor(Protocol):

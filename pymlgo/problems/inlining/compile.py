@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +19,9 @@ from pymlgo.toolchain import run
 from pymlgo.toolchain.bitcode import read_error_hint
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.elf import NotELFError, text_size
+
+if TYPE_CHECKING:  # numpy only, but most compiles never need it
+    from pymlgo.ir2native.model import IR2NativeModel
 
 OPT_LEVEL = "-Oz"
 DEFAULT_TIMEOUT_S = 300.0
@@ -95,6 +100,27 @@ def _measure(obj: Path, stderr: str, cmd: tuple[str, ...]) -> tuple[int | None, 
         return None, f"compiler output is not an object ({exc})" + (f": {tail}" if tail else "")
 
 
+_REMARKS = "inline-remarks.yaml"
+
+
+def _estimate_flags(estimator: IR2NativeModel | None, tmp: Path) -> list[str]:
+    """With an IR2Native model: the flags that make the compile report its decisions'
+    callers (remarks) and its post-inlining IR (on stderr)."""
+    if estimator is None:
+        return []
+    from pymlgo.ir2native.estimates import DUMP_FLAGS, remark_flags
+
+    return [*remark_flags(tmp / _REMARKS), *DUMP_FLAGS]
+
+
+def _estimates(estimator: IR2NativeModel, dump: str, obj: Path) -> dict[str, float]:
+    """`ModuleResult.extra` with every function's IR2Native estimate (`fn:NAME`)."""
+    from pymlgo.ir2native.dataset import function_sizes
+    from pymlgo.ir2native.estimates import function_estimates, to_extra
+
+    return to_extra(function_estimates(estimator, dump, function_sizes(obj)))
+
+
 def compile_baseline(
     compiler: Compiler,
     job: CompileJob,
@@ -102,10 +128,12 @@ def compile_baseline(
     timeout: float = DEFAULT_TIMEOUT_S,
     edits: FlagEdits = FlagEdits(),
     memory_mb: int | None = None,
+    estimator: IR2NativeModel | None = None,
 ) -> ModuleResult:
     """Plain -Oz, no channel: the heuristic's size every policy is compared with.
 
-    `memory_mb` bounds the compiler's address space; a compile past it fails."""
+    `memory_mb` bounds the compiler's address space; a compile past it fails. With an
+    IR2Native `estimator`, `extra` holds every function's estimated bytes (`fn:NAME`)."""
     started = time.monotonic()
     with run.private_tmpdir() as tmp:
         bc, obj = tmp / "module.bc", tmp / "module.o"
@@ -114,6 +142,7 @@ def compile_baseline(
             *compiler.clang_argv,
             *recompile_args(job.cmd, input_bc=str(bc), output_obj=str(obj), opt_level=OPT_LEVEL,
                             edits=edits),
+            *_estimate_flags(estimator, tmp),
         ]
         try:
             res = run.run(argv, timeout=timeout, cwd=tmp, memory_mb=memory_mb)
@@ -124,7 +153,10 @@ def compile_baseline(
             return ModuleResult(job.module, None, seconds=res.seconds,
                                 error=_error_text(res, job, compiler, memory_mb))
         size, error = _measure(obj, res.stderr, job.cmd)
-        return ModuleResult(job.module, size, seconds=time.monotonic() - started, error=error)
+        extra = (_estimates(estimator, res.stderr, obj)
+                 if estimator is not None and error is None else {})
+        return ModuleResult(job.module, size, seconds=time.monotonic() - started, error=error,
+                            extra=extra)
 
 
 def _trajectory(session: ChannelSession) -> Trajectory | None:
@@ -154,8 +186,13 @@ def compile_with_policy(
     record: bool = False,
     edits: FlagEdits = FlagEdits(),
     memory_mb: int | None = None,
+    estimator: IR2NativeModel | None = None,
 ) -> ModuleResult:
     """Compile `job` at -Oz with `policy` answering every inlining decision.
+
+    With an IR2Native `estimator` (for partial rewards), `extra` holds every function's
+    estimated bytes (`fn:NAME`) and a recorded trajectory's `contexts` name the caller of
+    each decision (left empty if the remarks do not match the decisions one to one).
 
     Never raises for a bad module: compiler failure, timeout or a channel error becomes
     `ModuleResult.error`, so a corpus run goes on.
@@ -182,6 +219,7 @@ def compile_with_policy(
             *recompile_args(job.cmd, input_bc=str(bc), output_obj=str(obj), opt_level=OPT_LEVEL,
                             edits=edits),
             *channel_flags(base),
+            *_estimate_flags(estimator, tmp),
         ]
         with open(tmp / "stderr.txt", "wb") as err:
             proc = run.start(argv, cwd=tmp, stderr=err, memory_mb=memory_mb)
@@ -219,10 +257,20 @@ def compile_with_policy(
         if error is not None:
             return ModuleResult(job.module, None, seconds=time.monotonic() - started,
                                 error=error)
+        trajectory = _trajectory(session) if record else None
+        extra: dict[str, float] = {}
+        if estimator is not None:
+            from pymlgo.ir2native.estimates import read_decision_callers
+
+            extra = _estimates(estimator, stderr, obj)
+            callers = read_decision_callers(tmp / _REMARKS)
+            if trajectory is not None and len(callers) == len(trajectory):
+                trajectory = dataclasses.replace(trajectory, contexts=tuple(callers))
     return ModuleResult(
         job.module,
         size,
         decisions=len(session.decisions),
         seconds=time.monotonic() - started,
-        trajectory=_trajectory(session) if record else None,
+        trajectory=trajectory,
+        extra=extra,
     )
