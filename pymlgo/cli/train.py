@@ -48,6 +48,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
                    help="TOML file with TrainConfig fields ([split], [policy], [bc], [ppo], "
                    "[es], [dqn] tables); unknown keys are an error; flags override it")
+    p.add_argument("--partial-rewards", "--partial_rewards", dest="partial_rewards",
+                   choices=["none", "ir2native"], default=None,
+                   help="ppo only. none (default): every decision of a module compile shares "
+                   "its reward 1 - size/size(-Oz). ir2native: each decision is also credited "
+                   "with its caller's size change vs -Oz as estimated by an IR2Native model "
+                   "(per-decision rewards that still sum to the module's reward)")
+    p.add_argument("--ir2native-model", "--ir2native_model", dest="ir2native_model",
+                   default=None, metavar="MODEL.json",
+                   help="IR2Native model for --partial-rewards ir2native, made by `mlgo "
+                   "ir2native dataset --corpus C --output D.json` then `mlgo ir2native train "
+                   "--dataset D.json --output MODEL.json`; default: fit one on the training "
+                   "split's modules (saved as OUTPUT_DIR/ir2native-model.json)")
     p.add_argument("--problem", default="inlining", choices=["inlining", "regalloc"],
                    help="inlining (default), or regalloc: train the register allocator's "
                    "eviction policy (--algo es or ppo) on the weighted spill/reload/copy "
@@ -76,6 +88,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         data["time_budget_minutes"] = args.time_budget
     if args.warmstart is not None:
         data["warmstart"] = "" if args.warmstart == "none" else args.warmstart
+    if args.partial_rewards is not None:
+        data["partial_rewards"] = args.partial_rewards
+    if args.ir2native_model is not None:
+        data["ir2native_model"] = args.ir2native_model
     if "algo" not in data:
         raise cfg.ConfigError("give --algo {bc,ppo,es,dqn} (or a --config file that sets algo)")
     try:
@@ -87,6 +103,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def run(args: argparse.Namespace) -> int:
     if args.problem == "regalloc":
         from pymlgo.cli.regalloc import run_train
+
+        if args.partial_rewards not in (None, "none") or args.ir2native_model is not None:
+            print("mlgo train: --partial-rewards/--ir2native-model apply to --problem "
+                  "inlining only", file=sys.stderr)
+            return 2
 
         return run_train(args)
     from pymlgo.corpus.format import CorpusError

@@ -33,6 +33,11 @@ else:  # pragma: no cover - Python 3.10
 ALGORITHMS = ("bc", "ppo", "es", "dqn")
 DEFAULT_ITERATIONS = 20
 Algo = Literal["bc", "ppo", "es", "dqn"]
+PartialRewards = Literal["none", "ir2native"]
+
+# Fields added after policies were published: at their default they are left out of
+# `to_dict`, so a run that does not use them keeps the provenance (and bytes) it had.
+_OMITTED_AT_DEFAULT = {"partial_rewards": "none", "ir2native_model": ""}
 
 
 class ConfigError(ValueError):
@@ -135,6 +140,11 @@ class TrainConfig:
     # training batches: "module" (uniform over modules) or "package" (each package equally
     # often, so one big project does not dominate the batches)
     sample_by: Literal["module", "package"] = "module"
+    # "ir2native": ppo credits each decision with its caller's IR2Native-estimated size
+    # change (pymlgo.train.shaping); "none": every decision shares the module's reward
+    partial_rewards: PartialRewards = "none"
+    # the IR2Native model (`mlgo ir2native train`); "": fit one on the training split
+    ir2native_model: str = ""
     split: SplitConfig = field(default_factory=SplitConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     bc: BCConfig = field(default_factory=BCConfig)
@@ -153,6 +163,18 @@ class TrainConfig:
             raise ConfigError(f"sample_by must be 'module' or 'package', not {self.sample_by!r}")
         if self.eval_every < 1:
             raise ConfigError("eval_every must be >= 1")
+        if self.partial_rewards not in ("none", "ir2native"):
+            raise ConfigError(f"partial_rewards must be 'none' or 'ir2native', not "
+                              f"{self.partial_rewards!r}")
+        if self.partial_rewards != "none":
+            if self.algo != "ppo":
+                raise ConfigError(f"partial_rewards = {self.partial_rewards!r} needs algo = "
+                                  f"'ppo' ({self.algo} learns from whole-module rewards only)")
+            if self.ppo.baseline == "moving_average":
+                raise ConfigError("partial_rewards needs ppo.baseline = 'group' or 'oz' (a "
+                                  "per-module moving average has no per-decision meaning)")
+        elif self.ir2native_model:
+            raise ConfigError("ir2native_model is only used with partial_rewards = 'ir2native'")
         if not 0 <= self.split.validation < 1 or not 0 <= self.split.heldout < 1:
             raise ConfigError("split fractions must be in [0, 1)")
 
@@ -186,7 +208,12 @@ def to_dict(cfg: Any) -> dict[str, Any]:
             return {k: plain(x) for k, x in v.items()}
         return v
 
-    return plain(dataclasses.asdict(cfg))
+    d = plain(dataclasses.asdict(cfg))
+    if isinstance(cfg, TrainConfig):
+        for key, default in _OMITTED_AT_DEFAULT.items():
+            if d.get(key) == default:
+                del d[key]
+    return d
 
 
 def _check_value(where: str, value: Any, hint: Any) -> Any:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from pymlgo.corpus.sample import sample_by_package
+from pymlgo.ir2native.estimates import from_extra
 from pymlgo.problems.base import CompileJob, Policy
 from pymlgo.train.policies import PolicyBatch, tag_job, untag
 from pymlgo.workers.protocol import Executor, WorkSpec
@@ -33,6 +34,10 @@ class Episode:
     features: Mapping[str, np.ndarray] | None = None
     actions: np.ndarray | None = None
     error: str | None = None
+    # partial rewards only (the env's spec has an IR2Native estimator): the caller of each
+    # decision (None if unknown) and every function's estimated bytes
+    callers: tuple[str, ...] | None = None
+    estimates: Mapping[str, float] | None = None
 
     @property
     def ok(self) -> bool:
@@ -134,6 +139,14 @@ class TrainEnv:
             module, k = untag(res.module)
             features: Mapping[str, np.ndarray] | None = None
             actions = None
+            callers: tuple[str, ...] | None = None
+            estimates: Mapping[str, float] | None = None
+            if self.spec.estimator is not None and res.ok:
+                estimates = from_extra(res.extra)
+                if res.trajectory is not None and all(res.trajectory.contexts):
+                    callers = tuple(res.trajectory.contexts)
+                elif res.decisions == 0:
+                    callers = ()
             if record and res.ok:
                 if res.trajectory is not None:
                     features = res.trajectory.features
@@ -144,6 +157,7 @@ class TrainEnv:
                 module=module, member=k, baseline=self.baselines[module], size=res.size,
                 decisions=res.decisions, features=features, actions=actions,
                 error=res.error or (None if res.size is not None else "no size"),
+                callers=callers, estimates=estimates,
             ))
             self.stats.compiles += 1
             self.stats.decisions += res.decisions

@@ -9,6 +9,11 @@ Each iteration:
    the baseline b is the mean reward of the module's other samples this iteration
    (`group`), a per-module moving average of its past rewards (`moving_average`, starting
    at 0 = the -Oz size), or 0 (`oz`);
+   With partial rewards (`shaper`, see pymlgo.train.shaping) each decision has its own
+   reward instead; its advantage is its undiscounted return from that decision on, minus
+   the mean return of the module's other samples at the same decision index (`group`; the
+   samples take the same first call sites in the same order, until they diverge), or
+   minus 0 (`oz`);
 3. `epochs` passes of minibatch Adam on the clipped surrogate
    -min(ratio * A, clip(ratio, 1 - c, 1 + c) * A), ratio = pi(a|s) / pi_old(a|s), where
    pi_old is the policy that sampled (its log-probs come from the numpy policy that ran in
@@ -28,15 +33,20 @@ from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.train.config import PPOConfig
 from pymlgo.train.env import Episode, TrainEnv, inputs, size_change
 from pymlgo.train.nets import MLP, tensor
+from pymlgo.train.shaping import IR2NativeShaper, returns_to_go
 
 _LOG_EPS = 1e-7  # keeps log(p) finite for a saturated sigmoid
 
 
 class PPO:
-    def __init__(self, cfg: PPOConfig, policy: InliningPolicy, seed: int) -> None:
+    def __init__(self, cfg: PPOConfig, policy: InliningPolicy, seed: int,
+                 shaper: IR2NativeShaper | None = None) -> None:
         if cfg.baseline == "group" and cfg.samples_per_module < 2:
             raise ValueError("ppo.baseline = 'group' needs samples_per_module >= 2")
+        if shaper is not None and cfg.baseline == "moving_average":
+            raise ValueError("partial rewards need ppo.baseline = 'group' or 'oz'")
         self.cfg = cfg
+        self.shaper = shaper  # per-decision rewards; None: the module's reward for all
         self.template = policy.greedy()
         self.net = MLP.from_params(policy.params)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate)
@@ -56,13 +66,18 @@ class PPO:
         if not ok:
             return {"ppo/episodes": 0.0}
 
-        advantages = self._advantages(ok)
+        shaping: dict[str, float] = {}
+        if self.shaper is None:  # every decision of an episode shares its advantage
+            module_adv = self._advantages(ok)
+        else:
+            per_decision, shaping = self._partial_advantages(ok, self.shaper)
         xs, acts, advs = [], [], []
         for e in ok:
             assert e.actions is not None
             xs.append(inputs(behaviour.required_features, e))
             acts.append(e.actions)
-            advs.append(np.full(len(e.actions), advantages[id(e)]))
+            advs.append(np.full(len(e.actions), module_adv[id(e)]) if self.shaper is None
+                        else per_decision[id(e)])
         x_raw = np.concatenate(xs)
         actions = np.concatenate(acts).astype(np.float32)
         adv = np.concatenate(advs)
@@ -80,6 +95,40 @@ class PPO:
             "ppo/decisions": float(len(actions)),
             "ppo/inline_rate": float(actions.mean()) if len(actions) else 0.0,
             **stats,
+            **shaping,
+        }
+
+    def _partial_advantages(self, ok: list[Episode], shaper: IR2NativeShaper
+                            ) -> tuple[dict[int, np.ndarray], dict[str, float]]:
+        """Episode id -> per-decision advantages from shaped rewards; shaping scalars."""
+        by_module: dict[str, list[Episode]] = defaultdict(list)
+        for e in ok:
+            by_module[e.module].append(e)
+        out: dict[int, np.ndarray] = {}
+        mapped, residuals, spreads = [], [], []
+        for eps in by_module.values():
+            rewards = [shaper(e) for e in eps]
+            returns = [returns_to_go(r) for r in rewards]
+            n = max((len(g) for g in returns), default=0)
+            # returns padded with 0 after an episode's end (nothing left to gain there)
+            padded = np.zeros((len(eps), n))
+            for j, g in enumerate(returns):
+                padded[j, : len(g)] = g
+            for j, (e, g) in enumerate(zip(eps, returns, strict=True)):
+                if self.cfg.baseline == "group" and len(eps) > 1:
+                    others = (padded.sum(axis=0) - padded[j]) / (len(eps) - 1)
+                    out[id(e)] = g - others[: len(g)]
+                else:
+                    out[id(e)] = g
+                mapped.append(shaper.mapped(e))
+                if mapped[-1] and len(rewards[j]):
+                    residuals.append(abs(shaper.residual(e)))
+                    spreads.append(float(rewards[j].std()))
+        return out, {
+            "shaping/mapped_episodes": float(np.mean(mapped)) if mapped else 0.0,
+            # |final reward - sum of the caller credits|: what the estimates miss
+            "shaping/residual_abs": float(np.mean(residuals)) if residuals else 0.0,
+            "shaping/reward_std": float(np.mean(spreads)) if spreads else 0.0,
         }
 
     def _advantages(self, ok: list[Episode]) -> dict[int, float]:

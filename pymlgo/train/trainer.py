@@ -8,7 +8,9 @@ Output directory layout:
 - `best/` — the policy with the lowest validation size so far; `final/` — the last one
   (both loadable with `mlgo eval --policy DIR`);
 - `scalars.jsonl` — one JSON object per iteration; TensorBoard event files as well when
-  tensorboard is installed.
+  tensorboard is installed;
+- `ir2native-model.json` — with `partial_rewards = "ir2native"` and no model given: the
+  IR2Native model fitted on the training split's modules (reused on resume).
 
 An output directory that holds a checkpoint is resumed: the run continues at the next
 iteration with the saved state, and ends with the bytes an uninterrupted run would give.
@@ -35,6 +37,8 @@ from pymlgo.corpus.format import Corpus
 from pymlgo.corpus.split import Split, split_by_module, split_by_package
 from pymlgo.evaluate.baseline import baseline_sizes
 from pymlgo.evaluate.eval import corpus_jobs
+from pymlgo.ir2native.estimates import from_extra
+from pymlgo.ir2native.model import IR2NativeModel
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.mlp import init_mlp
 from pymlgo.policy.store import load_policy_dir, save_policy
@@ -43,9 +47,11 @@ from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, HeuristicPolicy
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 from pymlgo.train.config import TrainConfig, to_dict
 from pymlgo.train.env import Demonstrations, Episode, RunStats, TrainEnv, inputs, size_change
+from pymlgo.train.shaping import IR2NativeShaper
 from pymlgo.workers.protocol import Executor, WorkSpec
 
 SETUP_FILE, CHECKPOINT_FILE, SCALARS_FILE = "setup.pkl", "checkpoint.pkl", "scalars.jsonl"
+IR2NATIVE_FILE = "ir2native-model.json"
 BEST_DIR, FINAL_DIR = "best", "final"
 CHECKPOINT_FORMAT = 1
 
@@ -288,7 +294,8 @@ def _seed(config: TrainConfig, stream: int) -> int:
     return int(np.random.default_rng([config.seed, stream]).integers(0, 2**62))
 
 
-def make_algorithm(config: TrainConfig, setup: Setup) -> Algorithm:
+def make_algorithm(config: TrainConfig, setup: Setup,
+                   shaper: IR2NativeShaper | None = None) -> Algorithm:
     seed = _seed(config, _STREAM_ALGO)
     if config.algo == "bc":
         from pymlgo.train.bc import BehaviourCloning
@@ -298,7 +305,7 @@ def make_algorithm(config: TrainConfig, setup: Setup) -> Algorithm:
     if config.algo == "ppo":
         from pymlgo.train.ppo import PPO
 
-        return PPO(config.ppo, setup.initial, seed)
+        return PPO(config.ppo, setup.initial, seed, shaper=shaper)
     if config.algo == "es":
         from pymlgo.train.es import EvolutionStrategies
 
@@ -322,6 +329,51 @@ def make_envs(setup: Setup, corpus: Corpus, executor: Executor, spec: WorkSpec,
     validation = set(setup.split.validation)
     val_names = [n for n in val_env.names if n in validation] or list(env.names)
     return env, val_env, val_names
+
+
+def load_ir2native(path: Path) -> IR2NativeModel:
+    from pymlgo.ir2native.model import load_model
+
+    try:
+        return load_model(path)
+    except ValueError as exc:
+        raise TrainError(f"{exc}; make one with `mlgo ir2native dataset` and `mlgo ir2native "
+                         f"train`, or leave --ir2native-model out to fit one on the training "
+                         f"split") from exc
+
+
+def ir2native_model(config: TrainConfig, setup: Setup, corpus: Corpus, executor: Executor,
+                    compiler: Compiler, out: Path, say: Callable[[str], None]) -> IR2NativeModel:
+    """The configured IR2Native model, or one fitted on the training split (saved in `out`)."""
+    path = Path(config.ir2native_model) if config.ir2native_model else out / IR2NATIVE_FILE
+    if config.ir2native_model or path.is_file():
+        return load_ir2native(path)
+    from pymlgo.ir2native.dataset import build_dataset
+    from pymlgo.ir2native.train import fit
+
+    jobs = corpus_jobs(corpus, setup.split.train)
+    say(f"fitting IR2Native on the {len(jobs)} training modules (-Oz, per-function sizes)")
+    ds = build_dataset(compiler, jobs, workers=max(1, executor.num_workers))
+    try:
+        model = fit(ds)
+    except ValueError as exc:
+        raise TrainError(f"cannot fit IR2Native on the training split: {exc}; give a model "
+                         f"made by `mlgo ir2native dataset/train` instead") from exc
+    model.save(path)
+    return model
+
+
+def partial_reward_shaper(env: TrainEnv, model: IR2NativeModel,
+                          say: Callable[[str], None]) -> IR2NativeShaper:
+    """Switch `env` to compiles that report per-function estimates and decision callers;
+    the shaper holds the -Oz estimates of every training module."""
+    env.spec = replace(env.spec, estimator=model)
+    names = list(env.names)
+    say(f"IR2Native estimates of -Oz on {len(names)} training modules")
+    spec = replace(env.spec, policy=None, record=False)
+    oz = {res.module: from_extra(res.extra)
+          for res in env.executor.run(spec, [env.jobs[n] for n in names]) if res.ok}
+    return IR2NativeShaper(oz)
 
 
 def _needs_torch(config: TrainConfig) -> bool:
@@ -379,6 +431,8 @@ def train(
             )
         if checkpoint["modules"] != list(corpus.names):
             raise TrainError(f"{out} holds a run on another corpus; use a new --output_dir")
+    if config.ir2native_model:  # a bad model path fails before any compile
+        load_ir2native(Path(config.ir2native_model))
     if _needs_torch(config):
         from pymlgo.train.nets import make_deterministic
 
@@ -398,7 +452,11 @@ def train(
             setup = prepare(config, corpus, ex, compiler, spec, say)
             _atomic_write_bytes(out / SETUP_FILE, pickle.dumps(setup, protocol=5))
         env, val_env, val_names = make_envs(setup, corpus, ex, spec, config.sample_by)
-        algo = make_algorithm(config, setup)
+        shaper = None
+        if config.partial_rewards == "ir2native":
+            model = ir2native_model(config, setup, corpus, ex, compiler, out, say)
+            shaper = partial_reward_shaper(env, model, say)
+        algo = make_algorithm(config, setup, shaper)
 
         if checkpoint is not None:
             algo.load_state_dict(checkpoint["algo"])
