@@ -189,6 +189,7 @@ def test_a_missing_model_file_is_a_clear_error(corpus, tmp_path):
                          ir2native_model=str(tmp_path / "nope.json"),
                          split={"validation": 0.0, "heldout": 0.0}, policy={"hidden": [8]},
                          ppo={"modules_per_iteration": 2, "samples_per_module": 2})
-    with pytest.raises(trainer.TrainError, match="cannot read IR2Native model"):
+    with pytest.raises(trainer.TrainError, match="cannot read IR2Native model.*ir2native train"):
         trainer.train(config, corpus, tmp_path / "run", options=trainer.RunOptions(
             workers=1, progress=False, tensorboard=False))
+    assert not (tmp_path / "run").exists()

@@ -412,6 +412,8 @@ def train(
 ) -> TrainResult:
     """Train (or resume training) a policy into `output_dir`; see the module docstring."""
     out = Path(output_dir)
+    if config.ir2native_model:  # a bad model path fails before anything is written
+        load_ir2native(Path(config.ir2native_model))
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
 
@@ -431,8 +433,6 @@ def train(
             )
         if checkpoint["modules"] != list(corpus.names):
             raise TrainError(f"{out} holds a run on another corpus; use a new --output_dir")
-    if config.ir2native_model:  # a bad model path fails before any compile
-        load_ir2native(Path(config.ir2native_model))
     if _needs_torch(config):
         from pymlgo.train.nets import make_deterministic
 
