@@ -6,8 +6,11 @@ sampling and the worker pool are all on the path) on eight demo-corpus modules.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
+import re
 import signal
 import subprocess
 import sys
@@ -127,6 +130,63 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_ends_with_the_same_bytes(
     assert [r["iteration"] for r in rows] == list(range(ITERATIONS + 1))
     for name in ("final", "best"):
         assert policy_bytes(out / name) == policy_bytes(uninterrupted / name)
+
+
+KILL_TRIALS = 4
+
+
+def _last_logged_iteration(out: Path) -> int:
+    scalars = out / "scalars.jsonl"
+    lines = scalars.read_text().splitlines() if scalars.is_file() else []
+    return json.loads(lines[-1])["iteration"] if lines else -1
+
+
+def test_kill_9_at_random_points_loses_at_most_one_iteration_and_changes_no_byte(
+    tiny, uninterrupted, tmp_path
+):
+    """SIGKILL (the whole process group) at seeded-random moments of the run: during the
+    warm start, an iteration or a checkpoint write. Each resumed run must start from the
+    checkpoint of the last or second-to-last iteration logged before the kill and end
+    with the uninterrupted run's bytes."""
+    rng = random.Random(20261123)
+    killed_mid_run = 0
+    for trial in range(KILL_TRIALS):
+        out = tmp_path / f"trial{trial}"
+        # an iteration to reach (trial 0: none, so the kill lands in the setup or the warm
+        # start), then a random delay, so the kill lands anywhere: compiles, update,
+        # validation, checkpoint write
+        after = -1 if trial == 0 else rng.randint(0, ITERATIONS - 2)
+        delay = rng.uniform(0.0, 3.0 if trial == 0 else 1.5)
+        proc = subprocess.Popen(mlgo_train(*tiny, out, "--no-tensorboard"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        deadline = time.monotonic() + 600
+        while _last_logged_iteration(out) < after and proc.poll() is None:
+            assert time.monotonic() < deadline, "no progress within 10 minutes"
+            time.sleep(0.02)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=delay)
+        finished = proc.poll() is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        logged = _last_logged_iteration(out)
+        killed_mid_run += not finished
+
+        done = subprocess.run(mlgo_train(*tiny, out, "--no-tensorboard"),
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        match = re.search(r"resuming .* at iteration (\d+)", done.stderr)
+        resumed_after = int(match.group(1)) - 1 if match else -1
+        lost = max(0, logged - resumed_after)
+        print(f"trial {trial}: killed {delay:.2f}s after iteration {after}, last logged "
+              f"{logged}, resumed after iteration {resumed_after}, lost {lost}")
+        assert lost <= 1, done.stderr
+        rows = [json.loads(ln) for ln in (out / "scalars.jsonl").read_text().splitlines()]
+        assert [r["iteration"] for r in rows] == list(range(ITERATIONS + 1))
+        for name in ("final", "best"):
+            assert policy_bytes(out / name) == policy_bytes(uninterrupted / name)
+    assert killed_mid_run >= KILL_TRIALS - 1, "the runs finished before the kills"
 
 
 def test_mlgo_eval_runs_the_trained_policy_on_a_corpus(tiny, uninterrupted, tmp_path):
