@@ -12,13 +12,13 @@ import numpy as np
 
 from pymlgo.corpus.command import FlagEdits, recompile_args
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Trajectory
+from pymlgo.problems.objects import measure_object
 from pymlgo.protocol.channel import ChannelError, ChannelSession, make_fifos, serve_channel
 from pymlgo.protocol.features import FeatureMismatchError, select_features
 from pymlgo.protocol.log import Header, Observation
 from pymlgo.toolchain import run
 from pymlgo.toolchain.bitcode import read_error_hint
 from pymlgo.toolchain.compiler import Compiler
-from pymlgo.toolchain.elf import NotELFError, text_size
 
 if TYPE_CHECKING:  # numpy only, but most compiles never need it
     from pymlgo.ir2native.model import IR2NativeModel
@@ -68,36 +68,6 @@ def _error_text(
     ):
         hint = f"the compile was limited to {memory_mb} MiB of address space; raise the limit"
     return text + (f" => {hint}" if hint else "")
-
-
-_FORMATS = ((b"\xcf\xfa\xed\xfe", "Mach-O"), (b"\xce\xfa\xed\xfe", "Mach-O"),
-            (b"\xfe\xed\xfa\xcf", "Mach-O"), (b"\xfe\xed\xfa\xce", "Mach-O"),
-            (b"\x00asm", "WebAssembly"), (b"\x64\x86", "COFF"), (b"\x4c\x01", "COFF"),
-            (b"\x64\xaa", "COFF"), (b"\xc4\x01", "COFF"), (b"\x01\xdf", "XCOFF"),
-            (b"\x01\xf7", "XCOFF"))
-
-
-def _triple(cmd: tuple[str, ...]) -> str:
-    return next((b for a, b in zip(cmd, cmd[1:], strict=False) if a == "-triple"), "?")
-
-
-def _measure(obj: Path, stderr: str, cmd: tuple[str, ...]) -> tuple[int | None, str | None]:
-    """(.text bytes, None), or (None, why) when a compile that succeeded left no object."""
-    tail = " | ".join(stderr.strip().splitlines()[-5:])
-    try:
-        return text_size(obj), None
-    except FileNotFoundError:
-        return None, "compiler exited with 0 but wrote no object" + (f": {tail}" if tail else "")
-    except NotELFError as exc:
-        head = obj.read_bytes()[:4]
-        fmt = next((name for magic, name in _FORMATS if head.startswith(magic)), None)
-        if fmt is not None:  # a corpus built for another platform
-            return None, (
-                f"the compiler wrote a {fmt} object because the corpus targets {_triple(cmd)};"
-                " pymlgo measures ELF objects: rebuild the corpus for an ELF target (e.g."
-                " -target x86_64-linux-gnu) or override its -triple"
-            )
-        return None, f"compiler output is not an object ({exc})" + (f": {tail}" if tail else "")
 
 
 _REMARKS = "inline-remarks.yaml"
@@ -152,7 +122,7 @@ def compile_baseline(
         if res.returncode != 0:
             return ModuleResult(job.module, None, seconds=res.seconds,
                                 error=_error_text(res, job, compiler, memory_mb))
-        size, error = _measure(obj, res.stderr, job.cmd)
+        size, error = measure_object(obj, res.stderr, job.cmd)
         extra = (_estimates(estimator, res.stderr, obj)
                  if estimator is not None and error is None else {})
         return ModuleResult(job.module, size, seconds=time.monotonic() - started, error=error,
@@ -253,7 +223,7 @@ def compile_with_policy(
             res = run.ProcessResult(res.returncode, stderr, res.seconds)
             return ModuleResult(job.module, None, seconds=res.seconds,
                                 error=_error_text(res, job, compiler, memory_mb))
-        size, error = _measure(obj, stderr, job.cmd)
+        size, error = measure_object(obj, stderr, job.cmd)
         if error is not None:
             return ModuleResult(job.module, None, seconds=time.monotonic() - started,
                                 error=error)

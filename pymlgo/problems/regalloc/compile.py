@@ -19,6 +19,7 @@ import numpy as np
 
 from pymlgo.corpus.command import FlagEdits, recompile_args
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Trajectory
+from pymlgo.problems.objects import measure_object
 from pymlgo.problems.regalloc.advice import (
     MASK_FEATURE,
     Advisor,
@@ -27,6 +28,7 @@ from pymlgo.problems.regalloc.advice import (
 )
 from pymlgo.problems.regalloc.remarks import (
     REMARK_PASS,
+    RemarkFormatError,
     RemarkReport,
     read_remarks,
     remark_file,
@@ -36,7 +38,6 @@ from pymlgo.protocol.features import FeatureMismatchError, select_features
 from pymlgo.protocol.log import Header, Observation
 from pymlgo.toolchain import run
 from pymlgo.toolchain.compiler import Compiler
-from pymlgo.toolchain.elf import text_size
 from pymlgo.workers.protocol import WorkSpec
 
 OPT_LEVEL = "-O2"
@@ -135,10 +136,15 @@ def compile_baseline(
         if res.returncode != 0:
             return ModuleResult(job.module, None, seconds=res.seconds,
                                 error=_error_text(res.returncode, res.stderr))
+        size, error = measure_object(obj, res.stderr, job.cmd)
+        report, remark_error = _remarks(tmp) if error is None else (None, None)
+        if size is None or report is None:
+            return ModuleResult(job.module, None, seconds=time.monotonic() - started,
+                                error=error or remark_error)
         if keep_object is not None:
             keep_object.write_bytes(obj.read_bytes())
-        return ModuleResult(job.module, text_size(obj), seconds=time.monotonic() - started,
-                            extra=result_extra(read_remarks(remark_file(tmp))))
+        return ModuleResult(job.module, size, seconds=time.monotonic() - started,
+                            extra=result_extra(report))
 
 
 def compile_with_policy(
@@ -218,10 +224,14 @@ def compile_with_policy(
             stderr = (tmp / "stderr.txt").read_text(errors="replace")
             return ModuleResult(job.module, None, seconds=res.seconds,
                                 error=_error_text(res.returncode, stderr))
-        size = text_size(obj)
+        size, error = measure_object(obj, (tmp / "stderr.txt").read_text(errors="replace"),
+                                     job.cmd)
+        report, remark_error = _remarks(tmp) if error is None else (None, None)
+        if size is None or report is None:
+            return ModuleResult(job.module, None, decisions=len(session.decisions),
+                                seconds=time.monotonic() - started, error=error or remark_error)
         if keep_object is not None:
             keep_object.write_bytes(obj.read_bytes())
-        report = read_remarks(remark_file(tmp))
     return ModuleResult(
         job.module,
         size,
@@ -230,6 +240,18 @@ def compile_with_policy(
         trajectory=record_trajectory(session, required, advisor) if record else None,
         extra=result_extra(report, corrected),
     )
+
+
+def _remarks(tmp: Path) -> tuple[RemarkReport | None, str | None]:
+    """The allocator's remarks of a successful compile, or why they cannot be read (the
+    reward needs them: a module without them is a failure, not a zero cost)."""
+    path = remark_file(tmp)
+    if not path.is_file():  # clang creates it before codegen, even when it stays empty
+        return None, "compiler exited with 0 but wrote no optimization remarks"
+    try:
+        return read_remarks(path), None
+    except RemarkFormatError as exc:
+        return None, f"unreadable optimization remarks: {exc}"
 
 
 def _never_asked(exc: Exception, proc: subprocess.Popen[bytes]) -> bool:
