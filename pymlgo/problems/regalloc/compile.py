@@ -136,11 +136,11 @@ def compile_baseline(
         if res.returncode != 0:
             return ModuleResult(job.module, None, seconds=res.seconds,
                                 error=_error_text(res.returncode, res.stderr))
-        size, error = measure_object(obj, res.stderr, job.cmd)
-        report, remark_error = _remarks(tmp) if error is None else (None, None)
-        if size is None or report is None:
+        out = _outputs(obj, tmp, res.stderr, job.cmd)
+        if isinstance(out, str):
             return ModuleResult(job.module, None, seconds=time.monotonic() - started,
-                                error=error or remark_error)
+                                error=out)
+        size, report = out
         if keep_object is not None:
             keep_object.write_bytes(obj.read_bytes())
         return ModuleResult(job.module, size, seconds=time.monotonic() - started,
@@ -224,12 +224,11 @@ def compile_with_policy(
             stderr = (tmp / "stderr.txt").read_text(errors="replace")
             return ModuleResult(job.module, None, seconds=res.seconds,
                                 error=_error_text(res.returncode, stderr))
-        size, error = measure_object(obj, (tmp / "stderr.txt").read_text(errors="replace"),
-                                     job.cmd)
-        report, remark_error = _remarks(tmp) if error is None else (None, None)
-        if size is None or report is None:
+        out = _outputs(obj, tmp, (tmp / "stderr.txt").read_text(errors="replace"), job.cmd)
+        if isinstance(out, str):
             return ModuleResult(job.module, None, decisions=len(session.decisions),
-                                seconds=time.monotonic() - started, error=error or remark_error)
+                                seconds=time.monotonic() - started, error=out)
+        size, report = out
         if keep_object is not None:
             keep_object.write_bytes(obj.read_bytes())
     return ModuleResult(
@@ -242,16 +241,21 @@ def compile_with_policy(
     )
 
 
-def _remarks(tmp: Path) -> tuple[RemarkReport | None, str | None]:
-    """The allocator's remarks of a successful compile, or why they cannot be read (the
-    reward needs them: a module without them is a failure, not a zero cost)."""
+def _outputs(obj: Path, tmp: Path, stderr: str, cmd: tuple[str, ...]
+             ) -> tuple[int, RemarkReport] | str:
+    """(.text bytes, the allocator's remarks) of a compile that exited with 0, or why they
+    cannot be had. The reward needs the remarks: without them a module is a failure, not a
+    zero cost."""
+    size, error = measure_object(obj, stderr, cmd)
+    if size is None:
+        return error or "no object"
     path = remark_file(tmp)
     if not path.is_file():  # clang creates it before codegen, even when it stays empty
-        return None, "compiler exited with 0 but wrote no optimization remarks"
+        return "compiler exited with 0 but wrote no optimization remarks"
     try:
-        return read_remarks(path), None
+        return size, read_remarks(path)
     except RemarkFormatError as exc:
-        return None, f"unreadable optimization remarks: {exc}"
+        return f"unreadable optimization remarks: {exc}"
 
 
 def _never_asked(exc: Exception, proc: subprocess.Popen[bytes]) -> bool:
