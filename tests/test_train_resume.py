@@ -92,11 +92,8 @@ def test_two_runs_with_one_seed_give_identical_policy_bytes(tiny, uninterrupted,
 
 
 def _checkpoint_iteration(out: Path) -> int:
-    scalars = out / "scalars.jsonl"
-    if not (out / "checkpoint.pkl").is_file() or not scalars.is_file():
-        return -1
-    lines = scalars.read_text().splitlines()
-    return json.loads(lines[-1])["iteration"] if lines else -1
+    """The last iteration in scalars.jsonl once a checkpoint exists, else -1."""
+    return _last_logged_iteration(out) if (out / "checkpoint.pkl").is_file() else -1
 
 
 def test_a_killed_run_resumes_from_its_checkpoint_and_ends_with_the_same_bytes(

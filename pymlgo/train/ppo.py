@@ -114,9 +114,10 @@ class PPO:
             padded = np.zeros((len(eps), n))
             for j, g in enumerate(returns):
                 padded[j, : len(g)] = g
+            total = padded.sum(axis=0)
             for j, (e, g) in enumerate(zip(eps, returns, strict=True)):
                 if self.cfg.baseline == "group" and len(eps) > 1:
-                    others = (padded.sum(axis=0) - padded[j]) / (len(eps) - 1)
+                    others = (total - padded[j]) / (len(eps) - 1)
                     out[id(e)] = g - others[: len(g)]
                 else:
                     out[id(e)] = g
