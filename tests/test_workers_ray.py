@@ -36,6 +36,9 @@ LOCAL_RAY_ENV = {
 }
 
 
+RAY_TMP = Path(f"/tmp/rmlgo-{os.getpid()}")  # short: Ray puts unix sockets in here
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -57,7 +60,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-un
     root = Path(tempfile_root := tmp_path_factory.mktemp("ray"))
     scratch = root / "scratch"
     scratch.mkdir()
-    ray_tmp = Path(f"/tmp/rmlgo-{os.getpid()}")  # short: Ray puts unix sockets in here
+    ray_tmp = RAY_TMP
     client_port = free_port()
     env = {
         **os.environ,
@@ -97,11 +100,39 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-un
         subprocess.run(["rm", "-rf", str(ray_tmp)], check=False)
 
 
+def client_server_logs(ray_tmp: Path, lines: int = 40) -> str:
+    """The tail of every Ray client server log: why a session could not start."""
+    tails = []
+    for log in sorted(ray_tmp.glob("session_*/logs/ray_client_server*")):
+        text = log.read_text(errors="replace").splitlines()[-lines:]
+        tails.append(f"--- {log.name}\n" + "\n".join(text))
+    return "\n".join(tails) or f"(no client server logs under {ray_tmp})"
+
+
+def attach(address: str, ray_tmp: Path, attempts: int = 3):  # type: ignore[no-untyped-def]
+    """make_executor(address), retried: on a loaded 2-core machine Ray's client proxy has
+    been seen (once, in CI) failing to start the per-client server of a cluster that was
+    otherwise up. A repeated failure is a real one and reports the server's own logs."""
+    import ray
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return make_executor(address)
+        except ConnectionError as exc:
+            if ray.is_initialized():
+                ray.shutdown()
+            if attempt == attempts:
+                pytest.fail(f"cannot attach to {address} after {attempts} attempts: {exc}\n"
+                            f"{client_server_logs(ray_tmp)}")
+            time.sleep(5 * attempt)
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture(scope="module")
 def ray_ex(ray_cluster):  # type: ignore[no-untyped-def]
     """One executor on the cluster for the whole module, attached as users do."""
     address, _ = ray_cluster
-    with make_executor(address) as ex:
+    with attach(address, RAY_TMP) as ex:
         assert isinstance(ex, RayExecutor) and ex.num_workers == 2
         ex.wait_ready()
         yield ex
