@@ -2,8 +2,12 @@
 and a shared pool (`pool:NAME`) vs local, on the same machine and corpus.
 
 Prints JSON. Every configuration compiles the corpus with the `default` policy through the
-channel (the training path); workers are started and warmed up (one untimed pass) before
-`--repeats` timed passes, of which the fastest counts. Sizes must agree across executors.
+channel (the training path). The configurations take turns: each of `--repeats` rounds
+starts every executor afresh, warms it up (a few untimed jobs per worker: processes
+started, policy shipped), times one full pass and closes it, in an order that reverses
+every round. A shared 2-core machine drifts by tens of percent over minutes (measured);
+taking turns makes that drift hit every configuration alike. The fastest pass counts;
+every pass is reported. Sizes must agree across executors and passes.
 
     python benchmarks/scaling.py [--corpus DIR|demo] [--repeats 3] [--no-ray] [--no-pool]
 """
@@ -11,13 +15,14 @@ channel (the training path); workers are started and warmed up (one untimed pass
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pymlgo.cli.common import resolve_corpus
@@ -28,7 +33,9 @@ from pymlgo.workers import Executor, WorkSpec, make_executor
 
 TARGET_SPEEDUP_2 = 1.8  # 2 workers vs 1, on 2 cores
 TARGET_RAY_RATIO = 0.9  # Ray-local vs the local pool
+WARMUP_JOBS_PER_WORKER = 2
 REPO = Path(__file__).resolve().parents[1]
+Around = contextlib.AbstractContextManager[None]  # what a configuration runs inside
 
 
 def load_jobs(corpus: str) -> tuple[str, list[CompileJob]]:
@@ -36,82 +43,112 @@ def load_jobs(corpus: str) -> tuple[str, list[CompileJob]]:
     return corpus, corpus_jobs(resolve_corpus(corpus))
 
 
-def measure(make: Callable[[], Executor], spec: WorkSpec, jobs: list[CompileJob],
-            repeats: int) -> tuple[dict[str, float], dict[str, int | None]]:
+@contextlib.contextmanager
+def shared_pool(workers: int) -> Iterator[None]:
+    """`mlgo pool serve --name bench` for the duration."""
+    with tempfile.TemporaryDirectory(prefix="mlgo-bench-run-") as run_dir:
+        saved = os.environ.get("MLGO_RUNTIME_DIR")
+        os.environ["MLGO_RUNTIME_DIR"] = run_dir
+        server = subprocess.Popen([sys.executable, "-m", "pymlgo.cli.pool", "serve",
+                                   "--name", "bench", "--workers", str(workers)], cwd=REPO,
+                                  stderr=subprocess.DEVNULL)
+        try:
+            from pymlgo.workers.pool import wait_for_pool
+
+            wait_for_pool("bench", timeout=60)
+            yield
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+            if saved is None:
+                os.environ.pop("MLGO_RUNTIME_DIR", None)
+            else:
+                os.environ["MLGO_RUNTIME_DIR"] = saved
+
+
+def timed_pass(make: Callable[[], Executor], spec: WorkSpec,
+               jobs: list[CompileJob]) -> tuple[float, int, dict[str, int | None]]:
+    """(seconds of one full pass, workers, sizes) on a freshly started, warmed executor."""
     with make() as ex:
         wait_ready = getattr(ex, "wait_ready", None)
         if wait_ready is not None:
             wait_ready()
-        sizes = {r.module: r.size for r in ex.run(spec, jobs)}  # warm-up, untimed
-        times = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            for r in ex.run(spec, jobs):
-                if r.size != sizes[r.module]:
-                    raise SystemExit(f"{r.module}: size changed between runs")
-            times.append(time.perf_counter() - started)
-    best = min(times)
-    return {
-        "workers": float(ex.num_workers),
-        "seconds": round(best, 3),
-        "modules_per_s": round(len(jobs) / best, 2),
-    }, sizes
+        list(ex.run(spec, jobs[: WARMUP_JOBS_PER_WORKER * ex.num_workers]))
+        started = time.perf_counter()
+        sizes = {r.module: r.size for r in ex.run(spec, jobs)}
+        return time.perf_counter() - started, ex.num_workers, sizes
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default="demo")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="rounds (default: 3)")
     ap.add_argument("--no-ray", action="store_true")
     ap.add_argument("--no-pool", action="store_true")
     args = ap.parse_args(argv)
 
     name, jobs = load_jobs(args.corpus)
     spec = WorkSpec(policy=builtin_policy("default"))
-    report: dict[str, object] = {"benchmark": "scaling", "corpus": name, "modules": len(jobs),
-                                 "policy": "default", "cores": os.cpu_count()}
-    local1, sizes = measure(lambda: make_executor(None, 1), spec, jobs, args.repeats)
-    local2, sizes2 = measure(lambda: make_executor(None, 2), spec, jobs, args.repeats)
-    mismatched = sorted(m for m in sizes if sizes[m] != sizes2.get(m))
-    speedup = local2["modules_per_s"] / local1["modules_per_s"]
-    report.update(local_1=local1, local_2=local2, speedup_2_vs_1=round(speedup, 3),
-                  target_speedup_2_vs_1=TARGET_SPEEDUP_2)
-    ok = speedup >= TARGET_SPEEDUP_2
-
+    configs: dict[str, tuple[Callable[[], Executor], Callable[[], Around]]] = {
+        "local_1": (lambda: make_executor(None, 1), contextlib.nullcontext),
+        "local_2": (lambda: make_executor(None, 2), contextlib.nullcontext),
+    }
     if not args.no_pool:
-        with tempfile.TemporaryDirectory(prefix="mlgo-bench-run-") as run_dir:
-            os.environ["MLGO_RUNTIME_DIR"] = run_dir
-            server = subprocess.Popen([sys.executable, "-m", "pymlgo.cli.pool", "serve",
-                                       "--name", "bench", "--workers", "2"], cwd=REPO,
-                                      stderr=subprocess.DEVNULL)
-            try:
-                from pymlgo.workers.pool import wait_for_pool
-
-                wait_for_pool("bench", timeout=60)
-                pool, sizes_p = measure(lambda: make_executor("pool:bench"), spec, jobs,
-                                        args.repeats)
-            finally:
-                server.terminate()
-                server.wait(timeout=30)
-        mismatched += sorted(m for m in sizes if sizes[m] != sizes_p.get(m))
-        report.update(shared_pool_2=pool, shared_pool_vs_local=round(
-            pool["modules_per_s"] / local2["modules_per_s"], 3))
-
+        configs["shared_pool_2"] = (lambda: make_executor("pool:bench"),
+                                    lambda: shared_pool(2))
     if not args.no_ray:
-        try:
-            ray_local, sizes_r = measure(lambda: make_executor("ray-local", 2), spec, jobs,
-                                         args.repeats)
-        except Exception as exc:  # e.g. Ray not installed: report, do not fail the rest
-            report["ray_local_2"] = {"error": f"{type(exc).__name__}: {exc}"}
-            ok = False
-        else:
-            mismatched += sorted(m for m in sizes if sizes[m] != sizes_r.get(m))
-            ratio = ray_local["modules_per_s"] / local2["modules_per_s"]
-            report.update(ray_local_2=ray_local, ray_vs_local=round(ratio, 3),
-                          target_ray_vs_local=TARGET_RAY_RATIO)
-            ok = ok and ratio >= TARGET_RAY_RATIO
+        configs["ray_local_2"] = (lambda: make_executor("ray-local", 2),
+                                  contextlib.nullcontext)
 
-    report["size_mismatches"] = sorted(set(mismatched))
+    passes: dict[str, list[float]] = {k: [] for k in configs}
+    workers: dict[str, int] = {}
+    errors: dict[str, str] = {}
+    reference: dict[str, int | None] | None = None
+    mismatched: set[str] = set()
+    for round_ in range(args.repeats):
+        order = list(configs) if round_ % 2 == 0 else list(reversed(configs))
+        for key in order:
+            if key in errors:
+                continue
+            make, around = configs[key]
+            try:
+                with around():
+                    seconds, workers[key], sizes = timed_pass(make, spec, jobs)
+            except Exception as exc:  # e.g. Ray not installed: report, keep the rest
+                errors[key] = f"{type(exc).__name__}: {exc}"
+                continue
+            passes[key].append(round(seconds, 3))
+            if reference is None:
+                reference = sizes
+            mismatched |= {m for m in reference if reference[m] != sizes.get(m)}
+
+    report: dict[str, object] = {"benchmark": "scaling", "corpus": name, "modules": len(jobs),
+                                 "policy": "default", "cores": os.cpu_count(),
+                                 "rounds": args.repeats}
+    rate: dict[str, float] = {}
+    for key in configs:
+        if key in errors:
+            report[key] = {"error": errors[key]}
+            continue
+        best = min(passes[key])
+        rate[key] = len(jobs) / best
+        report[key] = {"workers": workers[key], "seconds": best,
+                       "modules_per_s": round(rate[key], 2), "passes": passes[key]}
+    ok = "local_1" in rate and "local_2" in rate
+    if ok:
+        speedup = rate["local_2"] / rate["local_1"]
+        report.update(speedup_2_vs_1=round(speedup, 3), target_speedup_2_vs_1=TARGET_SPEEDUP_2)
+        ok = speedup >= TARGET_SPEEDUP_2
+    if "shared_pool_2" in rate and "local_2" in rate:
+        report["shared_pool_vs_local"] = round(rate["shared_pool_2"] / rate["local_2"], 3)
+    if not args.no_ray:
+        if "ray_local_2" in rate and "local_2" in rate:
+            ratio = rate["ray_local_2"] / rate["local_2"]
+            report.update(ray_vs_local=round(ratio, 3), target_ray_vs_local=TARGET_RAY_RATIO)
+            ok = ok and ratio >= TARGET_RAY_RATIO
+        else:
+            ok = False
+    report["size_mismatches"] = sorted(mismatched)
     report["meets_targets"] = ok
     print(json.dumps(report, indent=2))
     return 0 if not mismatched else 1

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from pymlgo.deploy import cc
+from pymlgo.policy.store import load_policy, pretrained_root
 from pymlgo.problems.inlining.compile import channel_flags
+from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
 from pymlgo.toolchain.compiler import bundled_zig
 from pymlgo.toolchain.elf import text_size
 
@@ -51,6 +53,21 @@ def zig_cc(*args: str, cwd: Path) -> None:
 
 def log_records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def serve_compile(cmd: list[str], cwd: Path, base: Path, policy: str,
+                  module: str) -> cc.ServeStats:
+    """Run `cmd` and answer its channel at `base` as `mlgo cc` does; the compiler (and the
+    clang zig's driver starts) is killed if serving fails: a compiler whose host went
+    away spins forever."""
+    proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True)
+    try:
+        stats = cc._serve(base, proc, policy, module, timeout=600)
+        assert proc.wait(timeout=600) == 0
+        return stats
+    finally:
+        if proc.poll() is None:
+            cc._kill(proc)
 
 
 @pytest.fixture()
@@ -90,6 +107,29 @@ def test_mlgo_options_are_removed_and_the_environment_gives_defaults():
 
 def test_channel_flags_are_those_of_training_compiles(tmp_path):
     assert cc.channel_args(tmp_path / "ch") == channel_flags(tmp_path / "ch")
+    assert cc.DEFAULT_FEATURE == DEFAULT_FEATURE
+
+
+def test_clangs_own_decision_is_asked_for_only_when_the_policy_reads_it(tmp_path):
+    # Sending inlining_default costs clang one more inline-cost analysis per call site.
+    assert cc.pretrained_dir("inlining-oz") == pretrained_root() / "inlining-oz"
+    for spec in ("default", "never", "always", "random:0.5:1", "pretrained:inlining-oz"):
+        reads = DEFAULT_FEATURE in load_policy(spec).required_features
+        assert cc.policy_reads_default(spec) is reads, spec
+    assert not cc.policy_reads_default("pretrained:inlining-oz")
+    # a saved policy that reads it, and one whose policy.json cannot be read: ask for it
+    doc = json.loads((pretrained_root() / "inlining-oz" / "policy.json").read_text())
+    doc["features"].append({"name": DEFAULT_FEATURE, "type": "int64_t", "shape": [1]})
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "policy.json").write_text(json.dumps(doc))
+    assert cc.policy_reads_default(str(tmp_path / "p"))
+    assert cc.policy_reads_default(str(tmp_path / "no-such-policy"))
+    inv = cc.parse_args("cc", ["-Oz", "-c", "a.c"], {})
+    cmd = cc.policy_command(inv, ["zig", "cc"], tmp_path / "ch")
+    assert "-inliner-interactive-include-default" not in cmd
+    inv = cc.parse_args("cc", ["--mlgo-policy", "default", "-Oz", "-c", "a.c"], {})
+    assert "-inliner-interactive-include-default" in cc.policy_command(inv, ["zig", "cc"],
+                                                                       tmp_path / "ch")
 
 
 # --- real compiles -----------------------------------------------------------------------------
@@ -106,6 +146,25 @@ def test_default_policy_gives_the_bytes_of_plain_clang(src, level):
     assert (src / "m.o").read_bytes() == (src / "ref.o").read_bytes()
     (rec,) = log_records(log)
     assert rec["served"] and rec["sessions"] == 1 and rec["decisions"] > 0
+
+
+def test_leaving_out_clangs_decision_does_not_change_a_policys_output(src, tmp_path):
+    # The pretrained policy does not read inlining_default, so mlgo cc does not ask for it;
+    # asking for it anyway must give the same object from the same decisions.
+    objects, decisions = [], []
+    for include in (False, True):
+        base = tmp_path / f"fifos-{include}" / "channel"
+        base.parent.mkdir()
+        os.mkfifo(f"{base}.in")
+        os.mkfifo(f"{base}.out")
+        inv = cc.parse_args("cc", ["-Oz", "-c", "table.c", "-o", f"{include}.o"], {})
+        cmd = [*cc.reference_command(inv, cc.driver_argv(inv)),
+               *cc.channel_args(base, include_default=include)]
+        stats = serve_compile(cmd, src, base, "pretrained:inlining-oz", "table.c")
+        objects.append((src / f"{include}.o").read_bytes())
+        decisions.append((stats.sessions, stats.decisions, stats.inlined))
+    assert objects[0] == objects[1] and decisions[0] == decisions[1]
+    assert decisions[0][:2] == (1, decisions[0][1]) and decisions[0][1] > 0
 
 
 def test_oz_reaches_cc1_as_oz_not_as_zigs_os(src):
@@ -152,14 +211,13 @@ def test_a_compile_that_never_opens_the_channel_ends_when_the_compiler_does(src,
     base = fifo_dir / "channel"
     os.mkfifo(f"{base}.in")
     os.mkfifo(f"{base}.out")
-    inv = cc.parse_args("cc", ["-Oz", f"-DMLGO_CACHE_TEST={time.time_ns()}", "-c", "sort.c",
+    inv = cc.parse_args("cc", ["--mlgo-policy", "default", "-Oz",
+                               f"-DMLGO_CACHE_TEST={time.time_ns()}", "-c", "sort.c",
                                "-o", "s.o"], {})
     cmd = cc.policy_command(inv, cc.driver_argv(inv), base)
     sessions = []
     for _ in range(2):
-        proc = subprocess.Popen(cmd, cwd=src)
-        stats = cc._serve(base, proc, "default", "sort.c", timeout=600)
-        assert proc.wait() == 0
+        stats = serve_compile(cmd, src, base, "default", "sort.c")
         sessions.append(stats.sessions)
     assert sessions == [1, 0]  # compiled, then a cache hit: no channel, no hang
 

@@ -50,19 +50,9 @@ def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MLGO_CACHE_DIR", str(tmp_path / "cache"))
 
 
-@pytest.fixture
-def local_executor(monkeypatch):
-    """The real local pool once it exists; until then, compile in this process."""
-    try:
-        from pymlgo.workers import make_executor  # noqa: F401
-    except ImportError:
-        monkeypatch.setattr("pymlgo.cli.trace._executor", lambda cluster, n: InProcessExecutor())
-
-
 def test_trace_command_writes_a_complete_trace(
-    minic_jobs, tmp_path, isolated_cache, local_executor, capsys
+    minic_jobs, tmp_path, isolated_cache, capsys
 ):
-    pytest.importorskip("pymlgo.corpus.format", reason="corpus loader not merged yet")
     corpus = write_corpus(tmp_path / "corpus", minic_jobs)
     out = tmp_path / "traces"
     rc = run_cli(
@@ -88,9 +78,8 @@ def test_trace_command_writes_a_complete_trace(
 
 
 def test_trace_command_runs_a_saved_mlp_policy_on_the_workers(
-    trace_dir, minic_jobs, tmp_path, isolated_cache, local_executor
+    trace_dir, minic_jobs, tmp_path, isolated_cache
 ):
-    pytest.importorskip("pymlgo.corpus.format", reason="corpus loader not merged yet")
     cols = trace_columns(trace_dir)
     vocab = build_vocab(cols, features=[n for n in cols if n != "inlining_default"])
     policy = InliningPolicy(

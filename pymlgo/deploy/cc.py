@@ -47,6 +47,7 @@ SIZE_LEVELS = ("-Oz", "-Os")
 # Kept equal to `problems.inlining.compile.channel_flags` (a test checks it); spelled out
 # here so building the command needs no numpy import before the compiler starts.
 SIZE_INCREASE_THRESHOLD = 10
+DEFAULT_FEATURE = "inlining_default"  # = problems.inlining.policies.DEFAULT_FEATURE
 DEFAULT_TIMEOUT_S = 24 * 3600.0  # per session; a dead compiler is noticed at once anyway
 
 SOURCE_SUFFIXES = frozenset(
@@ -175,19 +176,45 @@ def compiler_env(inv: Invocation, driver: Sequence[str]) -> dict[str, str]:
     return env
 
 
-def channel_args(base: Path) -> list[str]:
+def channel_args(base: Path, *, include_default: bool = True) -> list[str]:
+    default = ["-mllvm", "-inliner-interactive-include-default"] if include_default else []
     return [
         "-mllvm", "-enable-ml-inliner=release",
         "-mllvm", f"-inliner-interactive-channel-base={base}",
-        "-mllvm", "-inliner-interactive-include-default",
+        *default,
         "-mllvm", f"-ml-advisor-size-increase-threshold={SIZE_INCREASE_THRESHOLD}",
     ]  # fmt: skip
+
+
+def pretrained_dir(name: str) -> Path:
+    """Where `pretrained:NAME` ships (equal to `policy.store.pretrained_root() / NAME`, which
+    a test checks; spelled out here because importing pymlgo.policy imports numpy)."""
+    return Path(__file__).resolve().parents[1] / "policy" / "pretrained" / name
+
+
+def policy_reads_default(spec: str) -> bool:
+    """Whether policy `spec` reads clang's own decision, `inlining_default`. Sending it costs
+    the compiler a third inline-cost analysis per call site (besides the cost estimate and
+    the cost features), so it is asked for only when the policy reads it. Decided from the
+    spec and a saved policy's policy.json, without numpy; when in doubt, it is asked for."""
+    if spec in ("never", "always") or spec.startswith("random:"):
+        return False
+    if spec == "default":
+        return True
+    path = pretrained_dir(spec.removeprefix("pretrained:")) if spec.startswith(
+        "pretrained:") else Path(spec)
+    try:
+        doc = json.loads((path / "policy.json").read_text())
+        return any(f["name"] == DEFAULT_FEATURE for f in doc["features"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return True  # loading the policy will say what is wrong with it
 
 
 def policy_command(inv: Invocation, driver: Sequence[str], base: Path) -> list[str]:
     """The full compiler command when the policy answers the inliner."""
     extra = ["-Xclang", "-Oz"] if inv.clang is None and inv.opt_level == "-Oz" else []
-    return [*driver, *inv.compiler_args, *extra, *channel_args(base)]
+    channel = channel_args(base, include_default=policy_reads_default(inv.policy))
+    return [*driver, *inv.compiler_args, *extra, *channel]
 
 
 def reference_command(inv: Invocation, driver: Sequence[str]) -> list[str]:
