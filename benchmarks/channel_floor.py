@@ -2,6 +2,11 @@
 `inlining_default`, vs plain -Oz. What remains is the compiler's own ML-advisor work and the
 per-decision round trips — the floor under `channel_overhead.py`'s Python host.
 
+A third mode replays the same decisions to a compiler run without
+`-inliner-interactive-include-default`: the cost of a policy that does not read clang's own
+decision (clang then skips one inline-cost analysis per call site). Its objects must equal
+plain -Oz too.
+
 Prints JSON. Each module is compiled `--repeats` times per mode; the fastest run counts.
 
     python benchmarks/channel_floor.py [--corpus DIR|demo] [--repeats 3]
@@ -20,6 +25,7 @@ from pathlib import Path
 from pymlgo.cli.common import resolve_corpus
 from pymlgo.corpus.command import recompile_args
 from pymlgo.evaluate.eval import corpus_jobs
+from pymlgo.problems.base import CompileJob
 from pymlgo.problems.inlining.compile import OPT_LEVEL, channel_flags
 from pymlgo.protocol.channel import make_fifos, remove_fifos
 from pymlgo.toolchain.compiler import find_compiler
@@ -36,46 +42,67 @@ def main(argv: list[str] | None = None) -> int:
 
     compiler = find_compiler(None)
     jobs = corpus_jobs(resolve_corpus(args.corpus))
-    plain_s = channel_s = 0.0
-    mismatched = []
+    seconds = {"plain": 0.0, "channel": 0.0, "replay": 0.0}
+    mismatched: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="mlgo-floor-") as tmp:
         d = Path(tmp)
         host = d / "host"
         subprocess.run([*compiler.cc_argv, "-O2", str(HOST_SOURCE), "-o", str(host)], check=True)
+        decisions = d / "decisions"
         for job in jobs:
             bc = d / "module.bc"
             bc.write_bytes(job.bitcode)
-            plain = [*compiler.clang_argv, *recompile_args(
-                job.cmd, input_bc=str(bc), output_obj=str(d / "plain.o"), opt_level=OPT_LEVEL)]
-            best_plain = best_channel = float("inf")
+
+            def compile_args(obj: str, job: CompileJob = job, bc: Path = bc) -> list[str]:
+                return [*compiler.clang_argv, *recompile_args(
+                    job.cmd, input_bc=str(bc), output_obj=str(d / obj), opt_level=OPT_LEVEL)]
+
+            def with_host(cmd: list[str], host_args: list[str], module: str = job.module
+                          ) -> float:
+                t = time.perf_counter()
+                with subprocess.Popen(cmd) as cc, subprocess.Popen(host_args) as h:
+                    pass  # both waited for on exit
+                spent = time.perf_counter() - t
+                if cc.returncode != 0 or h.returncode != 0:
+                    raise SystemExit(f"{module}: compile exit {cc.returncode}, "
+                                     f"host exit {h.returncode}")
+                return spent
+
+            best = dict.fromkeys(seconds, float("inf"))
             for _ in range(args.repeats):
                 t = time.perf_counter()
-                subprocess.run(plain, check=True)
-                best_plain = min(best_plain, time.perf_counter() - t)
+                subprocess.run(compile_args("plain.o"), check=True)
+                best["plain"] = min(best["plain"], time.perf_counter() - t)
                 base = make_fifos(d)
-                channel = [*compiler.clang_argv, *recompile_args(
-                    job.cmd, input_bc=str(bc), output_obj=str(d / "channel.o"),
-                    opt_level=OPT_LEVEL), *channel_flags(base)]
-                t = time.perf_counter()
-                with subprocess.Popen(channel) as cc, subprocess.Popen([str(host), str(base)]):
-                    pass  # both waited for on exit
-                best_channel = min(best_channel, time.perf_counter() - t)
+                best["channel"] = min(best["channel"], with_host(
+                    [*compile_args("channel.o"), *channel_flags(base)],
+                    [str(host), str(base), "record", str(decisions)]))
                 remove_fifos(base)
-                if cc.returncode != 0:
-                    raise SystemExit(f"{job.module}: the channel compile failed")
-            if text_size(d / "plain.o") != text_size(d / "channel.o"):
-                mismatched.append(job.module)
-            plain_s += best_plain
-            channel_s += best_channel
+                base = make_fifos(d)
+                flags = channel_flags(base)  # pairs: "-mllvm", OPTION
+                no_default = [a for pair in zip(flags[::2], flags[1::2], strict=True)
+                              if pair[1] != "-inliner-interactive-include-default"
+                              for a in pair]
+                best["replay"] = min(best["replay"], with_host(
+                    [*compile_args("replay.o"), *no_default],
+                    [str(host), str(base), "replay", str(decisions)]))
+                remove_fifos(base)
+            plain = text_size(d / "plain.o")
+            if plain != text_size(d / "channel.o") or plain != text_size(d / "replay.o"):
+                mismatched.add(job.module)
+            for mode in seconds:
+                seconds[mode] += best[mode]
     print(json.dumps({
         "benchmark": "channel_floor",
         "corpus": args.corpus,
         "modules": len(jobs),
         "repeats": args.repeats,
-        "plain_oz_seconds": round(plain_s, 3),
-        "c_host_channel_seconds": round(channel_s, 3),
-        "ratio": round(channel_s / plain_s, 4),
-        "size_mismatches": mismatched,
+        "plain_oz_seconds": round(seconds["plain"], 3),
+        "c_host_channel_seconds": round(seconds["channel"], 3),
+        "ratio": round(seconds["channel"] / seconds["plain"], 4),
+        "c_host_without_default_seconds": round(seconds["replay"], 3),
+        "ratio_without_default": round(seconds["replay"] / seconds["plain"], 4),
+        "size_mismatches": sorted(mismatched),
     }, indent=2))
     return 0 if not mismatched else 1
 
