@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -23,6 +24,7 @@ from pymlgo.problems.inlining.compile import channel_flags
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
 from pymlgo.toolchain.compiler import bundled_zig
 from pymlgo.toolchain.elf import text_size
+from tests.workers_support import processes_mentioning
 
 DATA = Path(__file__).parent / "data"
 MINIC = DATA / "minic"
@@ -68,6 +70,17 @@ def serve_compile(cmd: list[str], cwd: Path, base: Path, policy: str,
     finally:
         if proc.poll() is None:
             cc._kill(proc)
+
+
+@pytest.fixture(autouse=True)
+def private_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """mlgo cc starts policy servers: each test has a runtime dir of its own, and the
+    servers it started die with it."""
+    runtime = tmp_path / "run"
+    monkeypatch.setenv("MLGO_RUNTIME_DIR", str(runtime))
+    yield runtime
+    for pid in processes_mentioning(runtime):
+        os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture()
@@ -273,7 +286,8 @@ def make(src: Path, cc_command: str, cflags: str, log: Path | None = None) -> No
                    check=True, timeout=1800)
 
 
-def test_make_builds_a_working_compressor_with_the_pretrained_policy(tmp_path):
+def test_make_builds_a_working_compressor_with_the_pretrained_policy(tmp_path,
+                                                                    private_runtime):
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     ml_src = lz4_project(tmp_path / "mlgo")
@@ -299,6 +313,9 @@ def test_make_builds_a_working_compressor_with_the_pretrained_policy(tmp_path):
     assert all(r["policy"] == "pretrained:inlining-oz" and r["returncode"] == 0
                for r in served)
     assert sum(r["decisions"] for r in served) > 100
+    # one policy server, started by the first compile, answered all of them
+    assert {r["served_by"] for r in served} == {"server"}
+    assert len(processes_mentioning(private_runtime / "cc")) == 1
 
     sizes = {
         name: {"program": text_size(d / "lz4rt"), **{o: text_size(d / o) for o in LZ4_OBJECTS}}

@@ -20,8 +20,11 @@ Facts this relies on (see DESIGN.md):
 - One driver command may run cc1 several times (several sources): each run opens the same
   channel again, so sessions are served until the compiler exits.
 
-The compiler is started before numpy and the policy are imported, so loading the policy
-overlaps with clang's front end.
+The compiler is started before anything else happens. The policy answers from
+`cc_server`'s background process, which a build starts once; without one (MLGO_CC_SERVER=0,
+or none can be had), this process imports numpy and loads the policy while clang runs its
+front end. clang's own decision (`inlining_default`) is asked for only if the policy reads
+it: it costs clang another inline-cost analysis per call site.
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pymlgo.deploy import cc_server
 
 POLICY_ENV, LOG_ENV, TIMEOUT_ENV = "MLGO_POLICY", "MLGO_CC_LOG", "MLGO_CC_TIMEOUT"
 DEFAULT_POLICY = "pretrained:inlining-oz"
@@ -192,6 +197,15 @@ def pretrained_dir(name: str) -> Path:
     return Path(__file__).resolve().parents[1] / "policy" / "pretrained" / name
 
 
+def saved_policy_dir(spec: str) -> Path | None:
+    """The directory of a saved or pretrained policy spec; None for a built-in one."""
+    if spec in ("default", "never", "always") or spec.startswith("random:"):
+        return None
+    if spec.startswith("pretrained:"):
+        return pretrained_dir(spec.removeprefix("pretrained:"))
+    return Path(spec)
+
+
 def policy_reads_default(spec: str) -> bool:
     """Whether policy `spec` reads clang's own decision, `inlining_default`. Sending it costs
     the compiler a third inline-cost analysis per call site (besides the cost estimate and
@@ -201,8 +215,9 @@ def policy_reads_default(spec: str) -> bool:
         return False
     if spec == "default":
         return True
-    path = pretrained_dir(spec.removeprefix("pretrained:")) if spec.startswith(
-        "pretrained:") else Path(spec)
+    path = saved_policy_dir(spec)
+    if path is None:
+        return True
     try:
         doc = json.loads((path / "policy.json").read_text())
         return any(f["name"] == DEFAULT_FEATURE for f in doc["features"])
@@ -229,26 +244,35 @@ class ServeStats:
     sessions: int = 0
     decisions: int = 0
     inlined: int = 0
+    served_by: str = "process"  # or "server": mlgo cc's policy server (cc_server)
+    counted: bool = True  # False: a server answered but its counts were lost
 
 
 def _serve(base: Path, proc: subprocess.Popen[bytes], policy_spec: str, module: str,
            timeout: float) -> ServeStats:
-    """Answer every channel session of `proc` until it exits."""
+    """Load the policy in this process and answer every channel session of `proc`."""
     # Imported only now: the compiler is already running its front end meanwhile.
     from pymlgo.policy.store import load_policy
+
+    return serve_sessions(base, load_policy(policy_spec), module, timeout,
+                          alive=lambda: proc.poll() is None)
+
+
+def serve_sessions(base: Path, policy: Any, module: str, timeout: float,
+                   alive: Callable[[], bool]) -> ServeStats:
+    """Answer every channel session at `base` with `policy` until `alive()` turns False
+    (the compiler exited): one driver command may run cc1 once per source."""
     from pymlgo.protocol.channel import ChannelError, serve_channel
 
-    policy = load_policy(policy_spec)
     required = policy.required_features
     stats = ServeStats()
     stale = 0
     while True:
         try:
             session = serve_channel(base, _advisor(policy.for_module(module), required, stats),
-                                    timeout=timeout,
-                                    compiler_alive=lambda: proc.poll() is None)
+                                    timeout=timeout, compiler_alive=alive)
         except ChannelError as exc:
-            if proc.poll() is not None:
+            if not alive():
                 return stats  # the compiler is done (no more cc1 runs, or a cached build)
             # cc1 may still hold the read end from the session that just ended when we
             # reopen it: that looks like a session without a header. Retry a while.
@@ -283,11 +307,13 @@ def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: fl
     path = inv.env.get(LOG_ENV)
     if not path:
         return
+    counted = stats is None or stats.counted
     rec = {"cwd": os.getcwd(), "args": list(inv.compiler_args), "policy": inv.policy,
            "opt_level": inv.opt_level, "served": stats is not None,
-           "sessions": stats.sessions if stats else 0,
-           "decisions": stats.decisions if stats else 0,
-           "inlined": stats.inlined if stats else 0,
+           "served_by": stats.served_by if stats else None,
+           "sessions": (stats.sessions if stats else 0) if counted else None,
+           "decisions": (stats.decisions if stats else 0) if counted else None,
+           "inlined": (stats.inlined if stats else 0) if counted else None,
            "returncode": returncode, "seconds": round(seconds, 4)}
     # One short O_APPEND write per line: parallel make jobs do not interleave lines.
     with open(path, "a") as f:
@@ -315,15 +341,24 @@ def run(inv: Invocation) -> int:
         base = tmp / "channel"
         os.mkfifo(f"{base}.in", 0o600)
         os.mkfifo(f"{base}.out", 0o600)
+        command = policy_command(inv, driver, base)
         # Its own process group: zig's driver runs clang as a child, which must die with
         # it if the policy fails (it would otherwise wait forever to open the channel).
-        proc = subprocess.Popen(policy_command(inv, driver, base), env=env,
-                                start_new_session=True)
-        try:
-            stats = _serve(base, proc, inv.policy, inv.sources[0], timeout)
-        except Exception as exc:
-            _kill(proc)
-            raise CCError(f"the policy could not answer the compiler: {exc}") from exc
+        proc = subprocess.Popen(command, env=env, start_new_session=True)
+        stats = None
+        if _use_server(inv.env):
+            try:
+                stats = _serve_by_server(inv, base, proc, timeout)
+            except cc_server.ServerLost:
+                # It answered part of this compile, then went away: start over, here.
+                _kill(proc)
+                proc = subprocess.Popen(command, env=env, start_new_session=True)
+        if stats is None:
+            try:
+                stats = _serve(base, proc, inv.policy, inv.sources[0], timeout)
+            except Exception as exc:
+                _kill(proc)
+                raise CCError(f"the policy could not answer the compiler: {exc}") from exc
         returncode = proc.wait()
         _log(inv, stats, returncode, time.monotonic() - started)
         return returncode
@@ -331,6 +366,32 @@ def run(inv: Invocation) -> int:
         if proc is not None and proc.returncode is None:
             _kill(proc)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _use_server(env: dict[str, str]) -> bool:
+    try:
+        return cc_server.enabled(env)
+    except ValueError as exc:
+        raise CCError(str(exc)) from None
+
+
+def _serve_by_server(inv: Invocation, base: Path, proc: subprocess.Popen[bytes],
+                     timeout: float) -> ServeStats | None:
+    """The policy server answers the compile; None if no server took it (nothing was
+    touched: serve it here). CCError if the server reported an error."""
+    try:
+        sock = cc_server.connect(inv.policy, saved_policy_dir(inv.policy), inv.env)
+        counts = cc_server.serve_remote(sock, base, inv.sources[0], proc, timeout)
+    except cc_server.ServerUnavailable:
+        return None
+    except ValueError as exc:  # a bad MLGO_CC_SERVER_IDLE
+        raise CCError(str(exc)) from None
+    except cc_server.ServerRefused as exc:
+        _kill(proc)
+        raise CCError(f"the policy could not answer the compiler: {exc}") from None
+    if counts is None:
+        return ServeStats(served_by="server", counted=False)
+    return ServeStats(**counts, served_by="server")
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
@@ -356,8 +417,14 @@ interactive channel; every other command runs unchanged.
                    policy directory ($MLGO_POLICY; default: pretrained:inlining-oz)
   --clang PATH     a clang >= 17 instead of the bundled one ($MLGO_CLANG)
 
-Environment: MLGO_CC_LOG=FILE appends one JSON line per command (decisions served, exit
-code); MLGO_CC_TIMEOUT=S bounds one channel session (default: 86400).
+The first compile that needs a policy starts a policy server for it (a background
+process that loads the policy once and answers the compiles of the whole build; it exits
+after MLGO_CC_SERVER_IDLE seconds without work, default 60). MLGO_CC_SERVER=0 makes every
+compile load the policy itself instead (slower; the objects are the same).
+
+Environment: MLGO_CC_LOG=FILE appends one JSON line per command (decisions served, by
+whom, exit code); MLGO_CC_TIMEOUT=S bounds one channel session (default: 86400);
+MLGO_RUNTIME_DIR holds the servers' sockets (default: $XDG_RUNTIME_DIR/pymlgo).
 With the bundled driver, -Oz adds -Xclang -Oz: zig cc alone runs cc1 at -Os.
 """
 

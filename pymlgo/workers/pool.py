@@ -29,7 +29,6 @@ import selectors
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from pymlgo.problems.base import CompileJob, ModuleResult
+from pymlgo.runtime import private_dir
 from pymlgo.workers import wire
 from pymlgo.workers.dispatch import Completion, Dispatcher, WorkerProcess, default_num_workers
 from pymlgo.workers.dispatch import raise_remote as _raise_remote
@@ -51,7 +51,6 @@ from pymlgo.workers.protocol import (
 )
 
 PROTOCOL_VERSION = 1
-RUNTIME_DIR_ENV = "MLGO_RUNTIME_DIR"
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _TICK_S = 1.0
 
@@ -60,22 +59,11 @@ _TICK_S = 1.0
 
 
 def runtime_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """`override`, $MLGO_RUNTIME_DIR, $XDG_RUNTIME_DIR/pymlgo, or <tmp>/pymlgo-<uid>."""
-    if override is not None:
-        base = Path(override)
-    elif os.environ.get(RUNTIME_DIR_ENV):
-        base = Path(os.environ[RUNTIME_DIR_ENV])
-    elif os.environ.get("XDG_RUNTIME_DIR"):
-        base = Path(os.environ["XDG_RUNTIME_DIR"]) / "pymlgo"
-    else:
-        base = Path(tempfile.gettempdir()) / f"pymlgo-{os.getuid()}"
-    pools = base / "pools"
-    pools.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = pools.stat()
-    # a shared /tmp: refuse a directory someone else made or opened up
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise ExecutorError(f"{pools} must be owned by you with mode 0700 (it holds sockets)")
-    return pools
+    """`<runtime dir>/pools` (see `pymlgo.runtime.private_dir`)."""
+    try:
+        return private_dir("pools", override)
+    except PermissionError as exc:
+        raise ExecutorError(str(exc)) from None
 
 
 def socket_path(name: str, runtime: str | os.PathLike[str] | None = None) -> Path:
