@@ -1,17 +1,20 @@
 """What `mlgo cc` costs on a full real build, and what it saves.
 
 Builds the brotli 1.1.0 command-line tool (32 C files from the pinned PyPI sdist the demo
-corpus uses: c/common, c/dec, c/enc, c/tools/brotli.c) with `make -jJOBS` twice per round:
-- `CC="mlgo cc"` with the policy (default: the shipped `pretrained:inlining-oz`), -Oz;
+corpus uses: c/common, c/dec, c/enc, c/tools/brotli.c) with `make -jJOBS` three ways per
+round:
+- `CC="mlgo cc"` with the policy (default: the shipped `pretrained:inlining-oz`), -Oz; the
+  build starts its own policy server (a fresh runtime dir, the server killed afterwards);
+- the same with `MLGO_CC_SERVER=0`: every compile loads the policy itself;
 - `CC="zig cc"` with `-Oz -Xclang -Oz`: plain clang at -Oz through the same driver (zig's
   driver alone would run cc1 at -Os; `mlgo cc` adds the same `-Xclang -Oz`).
 Every build gets a fresh `-DPYMLGO_BENCH_RUN=<token>` so zig's object cache never answers
 (it would for the plain build only: mlgo's channel path differs every time). The order
-alternates between rounds. Each binary must compress and decompress a file back to the same
-bytes. Prints JSON: wall times, their ratio (RFC target <= 1.05), `.text` bytes of the
+rotates between rounds. Each binary must compress and decompress a file back to the same
+bytes. Prints JSON: wall times, their ratios (RFC target <= 1.05), `.text` bytes of the
 binaries and of the objects (what the inliner changed), decisions served.
 
-    python benchmarks/cc_overhead.py [--rounds 2] [--jobs 2] [--policy P]
+    python benchmarks/cc_overhead.py [--rounds 3] [--jobs 2] [--policy P]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -60,17 +64,33 @@ def unpack_brotli(dest: Path) -> Path:
     return root
 
 
-def build(src: Path, cc: str, cflags: str, jobs: int, log: Path | None) -> float:
+def build(src: Path, cc: str, cflags: str, jobs: int, log: Path | None,
+          extra_env: dict[str, str]) -> float:
     for obj in src.rglob("*.o"):
         obj.unlink()
     (src / "brotli").unlink(missing_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("MLGO_POLICY", "MLGO_CC_LOG")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MLGO_POLICY", "MLGO_CC_LOG", "MLGO_CC_SERVER", "MLGO_RUNTIME_DIR")}
+    env.update(extra_env)
     if log is not None:
         env["MLGO_CC_LOG"] = str(log)
     t0 = time.perf_counter()
     subprocess.run(["make", "-s", f"-j{jobs}", f"CC={cc}", f"CFLAGS={cflags}"], cwd=src,
                    env=env, check=True)
     return time.perf_counter() - t0
+
+
+def stop_servers(runtime: Path) -> None:
+    """Kill the policy servers a build started (their command lines name `runtime`)."""
+    needle = os.fsencode(str(runtime))
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    if needle in f.read():
+                        os.kill(int(entry.name), signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def round_trip_ok(binary: Path, sample: Path, tmp: Path) -> bool:
@@ -87,7 +107,7 @@ def objects_text(src: Path) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=2, help="build pairs (default: 2)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of three builds (default: 3)")
     p.add_argument("--jobs", type=int, default=2, help="make -j (default: 2)")
     p.add_argument("--policy", default="pretrained:inlining-oz")
     args = p.parse_args()
@@ -95,7 +115,8 @@ def main() -> int:
     compiler = find_compiler(None)
     mlgo_cc = shlex.join([*mlgo_command(), "cc", "--mlgo-policy", args.policy])
     plain_cc = shlex.join([str(bundled_zig()), "cc"])
-    times: dict[str, list[float]] = {"mlgo_cc": [], "plain_clang_oz": []}
+    modes = ["mlgo_cc", "plain_clang_oz", "mlgo_cc_without_server"]
+    times: dict[str, list[float]] = {m: [] for m in modes}
     sizes: dict[str, dict[str, int]] = {}
     decisions = served = 0
     load_before = os.getloadavg()
@@ -107,15 +128,22 @@ def main() -> int:
         sample.write_bytes(data[: 512 * 1024])
         n_sources = len(list(src.rglob("*.c")))
         for r in range(args.rounds):
-            order = ["mlgo_cc", "plain_clang_oz"] if r % 2 == 0 else ["plain_clang_oz",
-                                                                        "mlgo_cc"]
-            for which in order:
+            for which in modes[r % len(modes):] + modes[: r % len(modes)]:  # rotate the order
                 token = f"-DPYMLGO_BENCH_RUN={time.time_ns()}"
-                log = tmp / f"cc-{r}.jsonl" if which == "mlgo_cc" else None
-                if which == "mlgo_cc":
-                    secs = build(src, mlgo_cc, f"-Oz {token}", args.jobs, log)
-                else:
-                    secs = build(src, plain_cc, f"-Oz -Xclang -Oz {token}", args.jobs, None)
+                log = tmp / f"cc-{r}-{which}.jsonl" if which != "plain_clang_oz" else None
+                # Every build starts its own policy server, as a build on a fresh machine does.
+                runtime = tmp / f"run-{r}-{which}"
+                env = {"MLGO_RUNTIME_DIR": str(runtime)}
+                if which == "mlgo_cc_without_server":
+                    env["MLGO_CC_SERVER"] = "0"
+                try:
+                    if which == "plain_clang_oz":
+                        secs = build(src, plain_cc, f"-Oz -Xclang -Oz {token}", args.jobs,
+                                     None, env)
+                    else:
+                        secs = build(src, mlgo_cc, f"-Oz {token}", args.jobs, log, env)
+                finally:
+                    stop_servers(runtime)
                 times[which].append(round(secs, 3))
                 if not round_trip_ok(src / "brotli", sample, tmp):
                     raise SystemExit(f"{which}: brotli round trip failed")
@@ -123,11 +151,15 @@ def main() -> int:
                                 "objects": objects_text(src)}
                 if log is not None:
                     recs = [json.loads(x) for x in log.read_text().splitlines()]
-                    decisions = sum(x["decisions"] for x in recs)
+                    decisions = sum(x["decisions"] or 0 for x in recs)
                     served = sum(1 for x in recs if x["served"])
+                    by = {x["served_by"] for x in recs if x["served"]}
+                    want = {"process"} if which == "mlgo_cc_without_server" else {"server"}
+                    if by != want:
+                        raise SystemExit(f"{which}: compiles served by {by}, not {want}")
                 print(f"round {r + 1} {which}: {secs:.1f} s", file=sys.stderr)
 
-    ml, pl = times["mlgo_cc"], times["plain_clang_oz"]
+    ml, pl, alone = times["mlgo_cc"], times["plain_clang_oz"], times["mlgo_cc_without_server"]
     result = {
         "project": f"brotli 1.1.0 CLI, {n_sources} C files, make -j{args.jobs}",
         "compiler": compiler.describe(),
@@ -135,6 +167,8 @@ def main() -> int:
         "wall_seconds": times,
         "ratio_of_medians": round(statistics.median(ml) / statistics.median(pl), 3),
         "ratio_of_minimums": round(min(ml) / min(pl), 3),
+        "without_server_ratio_of_medians": round(statistics.median(alone)
+                                                 / statistics.median(pl), 3),
         "target_ratio": 1.05,
         "text_bytes": sizes,
         "text_change_binary": round(sizes["mlgo_cc"]["binary"]
@@ -143,7 +177,9 @@ def main() -> int:
                                      / sizes["plain_clang_oz"]["objects"] - 1, 5),
         "compiles_served": served,
         "decisions_per_build": decisions,
-        "round_trip": "ok (both binaries, every round)",
+        "same_objects_with_and_without_server": sizes["mlgo_cc"] == sizes[
+            "mlgo_cc_without_server"],
+        "round_trip": "ok (every binary, every round)",
         "load_average_before_after": [round(load_before[0], 2),
                                       round(os.getloadavg()[0], 2)],
         "cpus": os.cpu_count(),
