@@ -24,6 +24,8 @@ from pymlgo.corpus.debian import (
     build_debian_corpora,
     cmake,
     fetch_source,
+    parse_package_spec,
+    source_version,
 )
 from pymlgo.corpus.format import load_corpus
 
@@ -194,3 +196,64 @@ def test_cli_rejects_a_package_without_recipe(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "no recipe for no-such-package" in proc.stderr
+
+
+def stand_in_apt_get(bin_dir: Path, calls: Path, *, fail_without_version: bool) -> None:
+    """An `apt-get source` that records its argument and unpacks a one-file tree whose
+    changelog names the version asked for (or 2.0-1); it can refuse the newest version, as
+    a mirror that lacks its files does."""
+    bin_dir.mkdir()
+    (bin_dir / "apt-get").write_text(
+        "#!/bin/sh\n"
+        f'echo "$2" >> "{calls}"\n'
+        'case "$2" in *=*) v="${2#*=}" ;; *) v=2.0-1 ;; esac\n'
+        + ('case "$2" in *=*) ;; *) echo "E: Failed to fetch x.dsc  404  Not Found" >&2; '
+           "exit 100 ;; esac\n" if fail_without_version else "")
+        + 'mkdir -p "tiny-${v%-*}/debian"\n'
+        'echo "tiny (${v}) bookworm; urgency=medium" > "tiny-${v%-*}/debian/changelog"\n')
+    (bin_dir / "apt-get").chmod(0o755)
+    (bin_dir / "dpkg-source").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "dpkg-source").chmod(0o755)
+
+
+def test_a_package_version_can_be_asked_for_and_is_cached_apart(tmp_path, monkeypatch):
+    calls = tmp_path / "calls"
+    stand_in_apt_get(tmp_path / "bin", calls, fail_without_version=True)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    cache = tmp_path / "src"
+    # the newest version's files are missing: the error says how to ask for another one
+    with pytest.raises(DebianError, match=r"mlgo corpus debian tiny=VERSION"):
+        fetch_source("tiny", cache, progress=False)
+    tree = fetch_source("tiny", cache, version="1.5-2+deb12u1", progress=False)
+    assert tree.parent == cache / "tiny=1.5-2+deb12u1"
+    assert source_version(tree) == "1.5-2+deb12u1"
+    assert fetch_source("tiny", cache, version="1.5-2+deb12u1", progress=False) == tree
+    assert calls.read_text().split() == ["tiny", "tiny=1.5-2+deb12u1"]  # then cached
+
+
+def test_package_specs_name_a_package_and_optionally_a_version():
+    assert parse_package_spec("openssl") == ("openssl", None)
+    assert parse_package_spec("openssl=3.0.17-1~deb12u2") == ("openssl", "3.0.17-1~deb12u2")
+    assert parse_package_spec("libpng1.6=1.6.39-2+deb12u5") == ("libpng1.6", "1.6.39-2+deb12u5")
+    for bad in ("openssl=", "=1.0", "zlib=1.0;rm -rf /", "zlib=1 2"):
+        with pytest.raises(DebianError, match="PKG=VERSION"):
+            parse_package_spec(bad)
+
+
+def test_the_command_line_passes_a_version_to_apt_get(tmp_path):
+    calls = tmp_path / "calls"
+    stand_in_apt_get(tmp_path / "bin", calls, fail_without_version=True)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+           "MLGO_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pymlgo.cli.corpus", "debian", "zlib=1.2.13.dfsg-1",
+         "--output_dir", str(tmp_path / "c"), "--no_progress"],
+        capture_output=True, text=True, check=False, env=env,
+    )
+    # The stand-in tree has nothing to build, so the build fails; the fetch was versioned.
+    assert calls.read_text().split() == ["zlib=1.2.13.dfsg-1"]
+    assert proc.returncode == 1
+    bad = subprocess.run(
+        [sys.executable, "-m", "pymlgo.cli.corpus", "debian", "zlib=",
+         "--output_dir", str(tmp_path / "c")], capture_output=True, text=True, check=False)
+    assert bad.returncode == 1 and "PKG=VERSION" in bad.stderr

@@ -203,8 +203,10 @@ def _add_debian(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         ),
         epilog="example: nice -n 10 mlgo corpus debian zlib expat --output_dir corpora/debian",
     )
-    p.add_argument("packages", nargs="+", metavar="PKG",
-                   help="Debian source package names, built in the order given")
+    p.add_argument("packages", nargs="+", metavar="PKG[=VERSION]",
+                   help="Debian source package names, built in the order given; "
+                   "PKG=VERSION fetches that Debian version instead of the newest (e.g. when "
+                   "a mirror lacks the newest one's files; versions: apt-cache showsrc PKG)")
     p.add_argument("--output_dir", required=True, metavar="D", help="corpus directory")
     p.add_argument("--jobs", type=int, default=2, metavar="N",
                    help="parallel compile jobs per build (default: 2)")
@@ -337,15 +339,17 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_debian(args: argparse.Namespace) -> int:
-    from pymlgo.corpus.debian import DebianConfig, build_debian_corpora
+    from pymlgo.corpus.debian import DebianConfig, build_debian_corpora, parse_package_spec
 
     def body() -> int:
         if args.jobs < 1:
             raise CorpusError("--jobs must be at least 1")
+        specs = [parse_package_spec(p) for p in args.packages]
         results = build_debian_corpora(
-            args.packages,
+            [pkg for pkg, _ in specs],
             DebianConfig(output_dir=Path(args.output_dir), jobs=args.jobs, clang=args.clang,
-                         progress=not args.no_progress),
+                         progress=not args.no_progress,
+                         versions=tuple((pkg, v) for pkg, v in specs if v is not None)),
         )
         for r in results:
             line = f"  {r.package:15} {r.status:7} {r.modules:5} modules {r.seconds / 60:6.1f} min"

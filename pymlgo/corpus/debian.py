@@ -181,6 +181,8 @@ class DebianConfig:
     clang: str | None = None
     build_root: Path | None = None  # scratch copies (default <cache>/build/debian)
     progress: bool = True
+    # (package, Debian version) pairs: fetch that version instead of the newest
+    versions: tuple[tuple[str, str], ...] = ()
 
 
 def _say(progress: bool, msg: str) -> None:
@@ -207,9 +209,33 @@ def find_source_tree(pkg_dir: Path) -> Path | None:
     return trees[-1] if trees else None
 
 
-def fetch_source(package: str, src_cache: Path, *, progress: bool = True) -> Path:
-    """The package's unpacked source tree, fetched with `apt-get source` unless cached."""
-    pkg_dir = src_cache / package
+def parse_package_spec(spec: str) -> tuple[str, str | None]:
+    """`PKG` or `PKG=VERSION` (a Debian version, as `apt-cache showsrc PKG` lists them)."""
+    package, sep, version = spec.partition("=")
+    if not package or (sep and not version) or not all(
+            c.isalnum() or c in "+-.~:" for c in version):
+        raise DebianError(f"bad package {spec!r}: use PKG or PKG=VERSION, e.g. "
+                          "openssl=3.0.17-1~deb12u2")
+    return package, version or None
+
+
+def source_version(tree: Path) -> str | None:
+    """The Debian version of an unpacked source tree: the top entry of debian/changelog,
+    `PKG (VERSION) DIST; urgency=...`."""
+    try:
+        with open(tree / "debian" / "changelog", encoding="utf-8", errors="replace") as f:
+            first = f.readline()
+    except OSError:
+        return None
+    start, end = first.find("("), first.find(")")
+    return first[start + 1:end] if 0 <= start < end else None
+
+
+def fetch_source(package: str, src_cache: Path, *, version: str | None = None,
+                 progress: bool = True) -> Path:
+    """The package's unpacked source tree, fetched with `apt-get source` unless cached;
+    `version` asks for that Debian version (cached separately) instead of the newest."""
+    pkg_dir = src_cache / (package if version is None else f"{package}={version}")
     tree = find_source_tree(pkg_dir)
     if tree is not None:
         return tree
@@ -223,15 +249,22 @@ def fetch_source(package: str, src_cache: Path, *, progress: bool = True) -> Pat
     _say(progress, f"{package}: apt-get source {package} -> {pkg_dir}")
     staging = Path(tempfile.mkdtemp(prefix=f".{package}.", dir=_mkdir(src_cache)))
     try:
-        proc = subprocess.run([apt, "source", package], cwd=staging, stdin=subprocess.DEVNULL,
+        what = package if version is None else f"{package}={version}"
+        proc = subprocess.run([apt, "source", what], cwd=staging, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, check=False)
         out = (proc.stdout + proc.stderr).strip()
         if proc.returncode != 0:
             if "deb-src" in out or "source URIs" in out:
                 raise DebianError(f"{package}: apt-get source found no source packages; "
                                   + _DEB_SRC_HELP)
-            raise DebianError(f"{package}: apt-get source {package} failed "
-                              f"(exit {proc.returncode}):\n{out[-1500:]}")
+            # Seen here: a mirror that had the newest security update's tarball but not its
+            # .dsc; an older version of the release fetched fine.
+            hint = ("" if version is not None else
+                    f"\nIf your mirror lacks files of the newest version, ask for another "
+                    f"one: `mlgo corpus debian {package}=VERSION` (versions: `apt-cache "
+                    f"showsrc {package} | grep ^Version`)")
+            raise DebianError(f"{package}: apt-get source {what} failed "
+                              f"(exit {proc.returncode}):\n{out[-1500:]}{hint}")
         (staging / "log.txt").write_text(out + "\n", encoding="utf-8")
         if find_source_tree(staging) is None:
             raise DebianError(f"{package}: apt-get source left no unpacked source tree")
@@ -288,10 +321,12 @@ def _read_info(sub: Path) -> dict[str, object] | None:
     return info if isinstance(info, dict) else None
 
 
-def is_built(sub: Path, recipe: Recipe, compiler: Compiler) -> bool:
+def is_built(sub: Path, recipe: Recipe, compiler: Compiler, version: str | None = None) -> bool:
+    """Built with this recipe and compiler (and, if one is asked for, this Debian version)."""
     info = _read_info(sub)
     return (info is not None and info.get("recipe") == recipe.key()
-            and info.get("compiler") == compiler.version)
+            and info.get("compiler") == compiler.version
+            and (version is None or info.get("version") == version))
 
 
 def build_package(
@@ -353,6 +388,7 @@ def build_package(
             "subdir": recipe.subdir,
             "note": recipe.note,
             "source": source_tree.name,
+            "version": source_version(source_tree),
             "compiler": compiler.version,
             "target": DEFAULT_TARGET,
             "cpu": DEFAULT_CPU,
@@ -384,13 +420,15 @@ def build_debian_corpora(
     """Build each package's sub-corpus under `config.output_dir` (skipping cached ones), going
     on after failures, then combine all sub-corpora into `config.output_dir`."""
     recipes = RECIPES if recipes is None else recipes
-    unknown = [p for p in packages if p not in recipes]
+    versions = dict(config.versions)
+    unknown = [p for p in [*packages, *versions] if p not in recipes]
     if unknown:
         raise DebianError(f"no recipe for {', '.join(unknown)}; known: "
                           + ", ".join(sorted(recipes)))
     if not packages:
         raise DebianError("no package given")
-    fetch = fetch or (lambda pkg, cache: fetch_source(pkg, cache, progress=config.progress))
+    fetch = fetch or (lambda pkg, cache: fetch_source(pkg, cache, version=versions.get(pkg),
+                                                      progress=config.progress))
     compiler = find_compiler(config.clang)
     out = _mkdir(config.output_dir.absolute())
     results: list[PackageResult] = []
@@ -398,7 +436,7 @@ def build_debian_corpora(
         recipe = recipes[pkg]
         sub = out / pkg
         tag = f"[{i}/{len(packages)}] {pkg}"
-        if is_built(sub, recipe, compiler):
+        if is_built(sub, recipe, compiler, versions.get(pkg)):
             info = _read_info(sub) or {}
             n = int(str(info.get("modules", 0)))
             _say(config.progress, f"{tag}: cached ({n} modules)")
