@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -194,3 +195,17 @@ def test_a_policy_the_server_cannot_load_is_reported_by_the_compile(src, tmp_pat
     res = mlgo_cc("--mlgo-policy", str(broken), "-Oz", "-c", "table.c", "-o", "x.o", cwd=src)
     assert res.returncode == 1 and "mlgo cc:" in res.stderr and "broken" in res.stderr
     assert not (src / "x.o").exists() and not servers(tmp_path / "run")
+
+
+def test_a_saved_policy_named_by_a_relative_path_is_served(src, tmp_path):
+    # The server runs in / (it outlives the build step): it gets the absolute path.
+    shutil.copytree(pretrained_dir("inlining-oz"), src / "mypolicy")
+    log = tmp_path / "log.jsonl"
+    res = mlgo_cc("--mlgo-policy", "mypolicy", "-Oz", "-c", "table.c", "-o", "mine.o",
+                  cwd=src, log=log)
+    assert res.returncode == 0, res.stderr
+    assert log_records(log)[0]["served_by"] == "server"
+    res = mlgo_cc("-Oz", "-c", "table.c", "-o", "shipped.o", cwd=src,
+                  env={cc_server.SERVER_ENV: "0"})
+    assert res.returncode == 0, res.stderr
+    assert (src / "mine.o").read_bytes() == (src / "shipped.o").read_bytes()

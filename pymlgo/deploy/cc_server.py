@@ -159,12 +159,19 @@ def connect(spec: str, policy_dir: Path | None, env: dict[str, str]) -> socket.s
     if sock is not None:
         return sock
     err = path.with_suffix(".err")
+    # The server outlives this build step: it runs in / (it must not keep a build dir
+    # busy), so a saved policy is named by its absolute path.
+    served = spec if policy_dir is None or spec.startswith("pretrained:") else str(
+        policy_dir.resolve())
+    package_root = str(Path(__file__).resolve().parents[2])  # importable from / as well
+    env = {**env, "PYTHONPATH": os.pathsep.join(
+        p for p in (package_root, env.get("PYTHONPATH", "")) if p)}
     with open(err, "wb") as err_file:
         server = subprocess.Popen(
-            [sys.executable, "-m", "pymlgo.deploy.cc_server", "--policy", spec,
+            [sys.executable, "-m", "pymlgo.deploy.cc_server", "--policy", served,
              "--socket", str(path), "--idle", str(idle_seconds(env))],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_file,
-            start_new_session=True, env=env, close_fds=True,
+            start_new_session=True, env=env, close_fds=True, cwd="/",
         )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
