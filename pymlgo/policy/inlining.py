@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pymlgo.policy.mlp import MLPParams
+from pymlgo.policy.mlp import MLPParams, affine
 from pymlgo.policy.vocab import Vocab
 from pymlgo.problems.inlining.policies import module_seed
 
@@ -117,9 +117,10 @@ class InliningPolicy:
 def _row_logit_fn(vocab: Vocab, params: MLPParams) -> Callable[[Mapping[str, np.ndarray]], float]:
     """One decision's logit from its feature tensors.
 
-    Gives the same float32 inputs as `vocab.normalize`, so greedy decisions match
-    `probabilities() >= 0.5` up to matmul rounding (logits within ~1e-6 of 0). Not
-    thread-safe: the input row buffer is reused (one module's decisions come one by one).
+    Gives the same float32 inputs as `vocab.normalize` and the same arithmetic as
+    `MLPParams.forward` (`affine`), so it returns exactly `logits()` of that row, on any
+    CPU. Not thread-safe: the input row buffer is reused (one module's decisions come one
+    by one).
     """
     table = [
         (name, b.tolist(), b.size) for name, b in zip(vocab.features, vocab.boundaries, strict=True)
@@ -129,8 +130,8 @@ def _row_logit_fn(vocab: Vocab, params: MLPParams) -> Callable[[Mapping[str, np.
     values, squares = buf[:nf], buf[nf:]
     with_square = vocab.with_square
     hidden = list(zip(params.weights[:-1], params.biases[:-1], strict=True))
-    w_out, b_out = params.weights[-1][:, 0], params.biases[-1][0]  # float32, like forward()
-    dot, relu = np.dot, np.maximum
+    w_out, b_out = params.weights[-1], params.biases[-1]
+    relu = np.maximum
 
     def logit(features: Mapping[str, np.ndarray]) -> float:
         # float(): bisecting a float list with a float is ~1.5x faster than with an int.
@@ -141,9 +142,8 @@ def _row_logit_fn(vocab: Vocab, params: MLPParams) -> Callable[[Mapping[str, np.
             np.multiply(values, values, out=squares)
         h = buf
         for w, b in hidden:
-            h = dot(h, w)
-            h += b
+            h = affine(h, w, b)
             relu(h, 0.0, out=h)
-        return float(dot(h, w_out) + b_out)
+        return float(affine(h, w_out, b_out)[0])
 
     return logit

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from pymlgo.policy.mlp import MLPParams, init_mlp
+from pymlgo.policy.mlp import MLPParams, affine, init_mlp
 from pymlgo.policy.vocab import write_atomic
 from pymlgo.problems.base import Policy
 from pymlgo.problems.inlining.policies import module_seed
@@ -152,7 +152,8 @@ class EvictionNetwork:
         x = np.asarray(x, dtype=np.float32)
         lead = x.shape[:-1]
         flat = x.reshape(-1, INPUT_DIM)
-        return (self.mlp.forward(flat) + flat @ self.skip).reshape(lead)
+        skip = affine(flat, self.skip[:, None], np.zeros(1, np.float32))[:, 0]
+        return (self.mlp.forward(flat) + skip).reshape(lead)
 
     def flat(self) -> np.ndarray:
         return np.concatenate((self.mlp.flat(), self.skip))

@@ -64,7 +64,8 @@ class EvolutionStrategies:
         center, plus, minus = fitness[0], fitness[1::2], fitness[2::2]
 
         shaped = _centered_ranks(fitness[1:]) if cfg.rank_fitness else fitness[1:]
-        grad = ((shaped[0::2] - shaped[1::2]) @ eps) / (2 * cfg.population * cfg.sigma)
+        grad = weighted_sum(shaped[0::2] - shaped[1::2], eps) / (2 * cfg.population
+                                                                 * cfg.sigma)
         self._adam_ascent(grad)
         return {
             "reward/train": float(center),
@@ -93,6 +94,15 @@ class EvolutionStrategies:
         self.theta, self.m, self.v = state["theta"].copy(), state["m"].copy(), state["v"].copy()
         self.t = int(state["t"])
         self.rng.bit_generator.state = state["rng"]
+
+
+def weighted_sum(weights: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """`weights @ vectors`, summed in a fixed order: the same bits on every CPU (BLAS
+    kernels differ per CPU in summation order; see `pymlgo.policy.mlp.affine`)."""
+    total = np.zeros(vectors.shape[1], dtype=np.float64)
+    for w, v in zip(weights, vectors, strict=True):
+        total += w * v
+    return total
 
 
 def _centered_ranks(x: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from pymlgo.policy.regalloc import EvictionPolicy
-from pymlgo.train.es import _centered_ranks
+from pymlgo.train.es import _centered_ranks, weighted_sum
 from pymlgo.train.regalloc_env import RegallocEnv
 
 _ADAM_EPS = 1e-8
@@ -74,7 +74,8 @@ class RegallocES:
             return {"es/common_modules": 0.0}
         fitness = np.array([env.fitness(c) for c in costs])
         shaped = _centered_ranks(fitness[1:])
-        grad = ((shaped[0::2] - shaped[1::2]) @ eps) / (2 * cfg.population * cfg.sigma)
+        grad = weighted_sum(shaped[0::2] - shaped[1::2], eps) / (2 * cfg.population
+                                                                 * cfg.sigma)
         self._adam_ascent(grad)
         return {
             "reward/train": float(fitness[0]),
