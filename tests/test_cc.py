@@ -324,3 +324,10 @@ def test_make_builds_a_working_compressor_with_the_pretrained_policy(tmp_path,
     objs = {n: sum(v for k, v in s.items() if k != "program") for n, s in sizes.items()}
     print("\n.text bytes:", json.dumps({"per_file": sizes, "objects_total": objs}, indent=1))
     assert all(v > 0 for s in sizes.values() for v in s.values())
+    policy, oz = sizes.values()
+    # The policy's answers reached clang: some object differs from the -Oz build (a wrapper
+    # that silently fell back to clang's heuristic would give identical objects) ...
+    assert any(policy[o] != oz[o] for o in LZ4_OBJECTS)
+    # ... and the shipped policy stays within 1% of -Oz on a program it was not trained on
+    # (measured: 98,068 vs 98,052 bytes, +0.02%).
+    assert abs(policy["program"] / oz["program"] - 1) <= 0.01
