@@ -276,6 +276,14 @@ def test_response_files_are_read_to_find_the_compile(tmp_path: Path) -> None:
     assert record == [("my src.c", "obj.o")]
 
 
+def test_a_badly_quoted_response_file_is_left_for_the_compiler_to_report(tmp_path: Path) -> None:
+    (tmp_path / "bad.rsp").write_text('-c "a.c -o a.o\n')
+    argv, record = plan(["-c", "b.c", "@bad.rsp"], tmp_path, target_flags=TARGET,
+                        embed_flags=EMBED)
+    assert argv[-3:] == ["-c", "b.c", "@bad.rsp"]
+    assert record == [("b.c", "b.o")]
+
+
 # --- the command line --------------------------------------------------------------------------
 
 
@@ -295,3 +303,20 @@ def test_corpus_info_reports_modules_per_package(captured: tuple[Path, Path]) ->
     assert res.returncode == 0, res.stderr
     info = json.loads(res.stdout)
     assert info["modules"] == 4 and info["packages"] == {"src": 4}
+
+
+def test_an_invalid_exclude_regex_is_refused_before_the_build_runs(tmp_path: Path) -> None:
+    project = write_project(tmp_path / "p")
+
+    res = mlgo_corpus("capture", "--output_dir", str(tmp_path / "c"), "--exclude", "src/(",
+                      "--no_progress", "--", "sh", "-c", "touch build-ran && make", cwd=project)
+
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("mlgo corpus capture: error: --exclude 'src/(' is not a valid "
+                               "regex")
+    assert not (project / "build-ran").exists()
+    assert not list(project.rglob("*.o"))
+    assert not (tmp_path / "c").exists()

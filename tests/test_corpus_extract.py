@@ -331,3 +331,42 @@ def test_cli_errors_are_one_clear_line_and_exit_1(tmp_path: Path) -> None:
     assert res.stderr.startswith("mlgo corpus extract: error: cannot read compilation database")
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "o").exists()
+
+
+def run_corpus_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m pymlgo.cli.corpus ...` in its own process, as a user would see it."""
+    return subprocess.run([sys.executable, "-m", "pymlgo.cli.corpus", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_make_with_unbalanced_quotes_in_default_args_is_one_line_and_writes_nothing(
+        loose_bitcode: Path, tmp_path: Path) -> None:
+    res = run_corpus_cli("make", "--input_dir", str(loose_bitcode), "--output_dir",
+                         str(tmp_path / "m"), "--default_args", "-O2 '-DX=1")
+
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("mlgo corpus make: error: --default_args")
+    assert "not a valid shell-quoted string" in lines[0]
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_compile_command_with_unbalanced_quotes_is_named_and_writes_nothing(
+        build: Path, tmp_path: Path) -> None:
+    entries = json.loads((build / "compile_commands.json").read_text())
+    entries[1] = {**entries[1], "command": entries[1]["command"] + ' "-DBROKEN'}
+    db = tmp_path / "compile_commands.json"
+    db.write_text(json.dumps(entries))
+
+    res = run_corpus_cli("extract", "--input", str(db), "--output_dir", str(tmp_path / "o"),
+                         "--no_progress")
+
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("mlgo corpus extract: error: compile command #2 "
+                               "(file 'src/b.c') has a malformed \"command\" string")
+    assert not (tmp_path / "o").exists()

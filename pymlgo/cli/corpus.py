@@ -274,8 +274,12 @@ def run_make(args: argparse.Namespace) -> int:
     from pymlgo.corpus.make import make_corpus
 
     def body() -> int:
-        names = make_corpus(args.input_dir, args.output_dir,
-                            default_args=shlex.split(args.default_args),
+        try:
+            default_args = shlex.split(args.default_args)
+        except ValueError as exc:
+            raise CorpusError(f"--default_args {args.default_args!r} is not a valid shell-quoted "
+                              f"string: {exc}") from exc
+        names = make_corpus(args.input_dir, args.output_dir, default_args=default_args,
                             overwrite=args.overwrite)
         print(f"{len(names)} module(s)", file=sys.stderr)
         print(Path(args.output_dir).absolute())

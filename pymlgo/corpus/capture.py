@@ -90,12 +90,22 @@ def write_shims(
     }
 
 
+def compile_exclude(exclude: str | None) -> re.Pattern[str] | None:
+    """The --exclude regex, or a CaptureError naming it (checked before any build runs)."""
+    if not exclude:
+        return None
+    try:
+        return re.compile(exclude)
+    except re.error as exc:
+        raise CaptureError(f"--exclude {exclude!r} is not a valid regex: {exc}") from exc
+
+
 def read_log(log: Path, *, exclude: str | None = DEFAULT_EXCLUDE) -> list[dict[str, Any]]:
     """Recorded compiles as compile_commands.json entries: one per object (the last compile
     of an object wins), in object-path order, without configure probes."""
+    rx = compile_exclude(exclude)
     if not log.exists():
         return []
-    rx = re.compile(exclude) if exclude else None
     by_output: dict[str, dict[str, Any]] = {}
     for line in log.read_text(encoding="utf-8").splitlines():
         if line.strip():
@@ -130,6 +140,7 @@ def capture(
     """
     if not build_command:
         raise CaptureError("no build command given (put it after `--`)")
+    compile_exclude(exclude)  # a bad regex must not cost a whole build first
     out = Path(output_dir).absolute()
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise CaptureError(f"output directory {out} is not empty; choose another or --overwrite")

@@ -47,10 +47,13 @@ def expand_response_files(args: Sequence[str], cwd: Path, depth: int = 0) -> lis
         if arg.startswith("@") and depth < 8:
             try:
                 text = (cwd / arg[1:]).read_text(encoding="utf-8", errors="surrogateescape")
-            except OSError:
+                inner = shlex.split(text)
+            except (OSError, ValueError):
+                # Unreadable or badly quoted: keep it as is and let the compiler report it
+                # rather than breaking the build with a traceback from the wrapper.
                 out.append(arg)
                 continue
-            out.extend(expand_response_files(shlex.split(text), cwd, depth + 1))
+            out.extend(expand_response_files(inner, cwd, depth + 1))
         else:
             out.append(arg)
     return out

@@ -120,7 +120,7 @@ def _output_of(entry: dict[str, Any]) -> str | None:
     if isinstance(entry.get("arguments"), list):
         args = [str(a) for a in entry["arguments"]]
     elif isinstance(entry.get("command"), str):
-        args = shlex.split(entry["command"])
+        args = shlex.split(entry["command"])  # ValueError on unbalanced quotes
     else:
         return None
     for i, arg in enumerate(args):
@@ -152,10 +152,16 @@ def objects_from_compile_commands(
             raise CorpusError(f"{path} must hold a JSON list of compile commands")
         entries, default_dir = loaded, path.parent.absolute()
     out: list[ObjectInput] = []
-    for entry in entries:
+    for number, entry in enumerate(entries, 1):
         if not isinstance(entry, dict):
             raise CorpusError(f"compile command is not a JSON object: {entry!r:.200}")
-        output = _output_of(entry)
+        try:
+            output = _output_of(entry)
+        except ValueError as exc:
+            raise CorpusError(
+                f"compile command #{number} (file {entry.get('file', '?')!r}) has a "
+                f"malformed \"command\" string ({exc}): {entry['command']!r:.200}"
+            ) from exc
         if output is None:
             continue
         directory = Path(entry.get("directory") or default_dir)
