@@ -95,15 +95,22 @@ def test_subset_keeps_corpus_order_and_rejects_unknown_names(tmp_path: Path) -> 
         corpus.subset(["lib/a.o", "nope"])
 
 
-def test_flag_edits_apply_to_every_module(tmp_path: Path) -> None:
-    edits = FlagEdits(delete=("-Os",), replace=(("-emit-obj", "-emit-obj"),), add=("-DY",))
+def test_flag_edits_delete_replace_and_add_in_every_module(tmp_path: Path) -> None:
+    edits = FlagEdits(delete=("-DX=1",), replace=(("-Os", "-O2"),), add=("-DY",))
 
     corpus = load_corpus(hand_written(tmp_path), edits=edits)
     same = load_corpus(tmp_path).with_edits(edits)
 
-    assert corpus.module("lib/a.o").cmd == ("-cc1", "-triple", "x86_64-unknown-linux-gnu",
-                                            "-emit-obj", "-DY")
+    edited = ("-cc1", "-triple", "x86_64-unknown-linux-gnu", "-emit-obj", "-O2", "-DY")
+    assert {m.cmd for m in corpus.modules} == {edited}
     assert corpus.modules == same.modules
+
+
+def test_flag_edits_delete_from_the_recorded_command_before_replacing() -> None:
+    # A replacement's result is not deleted again, and an added flag survives the delete.
+    edits = FlagEdits(delete=("-O2",), replace=(("-Os", "-O2"),), add=("-O2",))
+
+    assert edits.apply(["-cc1", "-O2", "-Os"]) == ["-cc1", "-O2", "-O2"]
 
 
 def test_a_cc1_global_command_override_replaces_every_cmd(tmp_path: Path) -> None:
@@ -291,3 +298,36 @@ def test_a_module_recompiles_with_the_bundled_clang(tmp_path: Path, compiler: Co
     subprocess.run([*compiler.clang_argv, *recompile_args(m.cmd, input_bc=str(m.bc_path),
                                                           output_obj=str(out))], check=True)
     assert text_size(out) > 0
+
+
+def test_a_replaced_flag_changes_the_real_compile(tmp_path: Path, compiler: Compiler) -> None:
+    # Replacing the forced -Oz by -O0 must reach clang: no inlining, no size optimization.
+    src = tmp_path / "f.c"
+    src.write_text("static int sq(int x) { return x * x; }\n"
+                   "int f(int y) { int s = 0; for (int i = 0; i < y; i++) s += sq(i) / 3;\n"
+                   "  return s; }\n")
+    obj = tmp_path / "f.o"
+    subprocess.run([*compiler.cc_argv, "-c", "-target", "x86_64-linux-gnu", "-mcpu=baseline",
+                    "-Oz", "-Xclang", "-fembed-bitcode=all", str(src), "-o", str(obj)],
+                   check=True)
+    from pymlgo.toolchain.elf import read_sections
+
+    sec = read_sections(obj, (".llvmbc", ".llvmcmd"))
+    root = tmp_path / "corpus"
+    write_module(root, "pkg/f", cmd=sec[".llvmcmd"], bc=sec[".llvmbc"] or b"")
+    write_corpus_description(root, ["pkg/f"])
+    m = load_corpus(root).modules[0]
+
+    def compile_with(edits: FlagEdits, out: Path) -> list[str]:
+        argv = recompile_args(m.cmd, input_bc=str(m.bc_path), output_obj=str(out), edits=edits)
+        subprocess.run([*compiler.clang_argv, *argv], check=True)
+        return argv
+
+    plain = compile_with(FlagEdits(), tmp_path / "oz.o")
+    edited = compile_with(FlagEdits(replace=(("-Oz", "-O0"),)), tmp_path / "o0.o")
+    at_o0 = recompile_args(m.cmd, input_bc=str(m.bc_path), output_obj="x", opt_level="-O0")
+
+    assert "-Oz" in plain and "-Oz" not in edited and "-O0" in edited
+    assert text_size(tmp_path / "o0.o") > text_size(tmp_path / "oz.o")
+    subprocess.run([*compiler.clang_argv, *at_o0[:-1], str(tmp_path / "at_o0.o")], check=True)
+    assert text_size(tmp_path / "o0.o") == text_size(tmp_path / "at_o0.o")
