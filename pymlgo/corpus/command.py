@@ -49,6 +49,7 @@ def recompile_args(
 
     `opt_level` replaces whatever level was recorded: `zig cc -Oz` records `-Os`, and
     training/evaluation must run at the level the problem asks for.
+    A change to what this returns must bump `evaluate.baseline.BASELINE_RECIPE_VERSION`.
     """
     out: list[str] = []
     i = 0

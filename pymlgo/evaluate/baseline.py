@@ -10,22 +10,25 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+# One cache root for every pymlgo cache ($MLGO_CACHE_DIR first), re-exported here.
+from pymlgo.corpus.demo import cache_root
 from pymlgo.problems.base import CompileJob, ModuleResult
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.workers.protocol import Executor, WorkSpec
 
-
-def cache_root() -> Path:
-    """$MLGO_CACHE_DIR, else $XDG_CACHE_HOME/pymlgo, else ~/.cache/pymlgo."""
-    if env := os.environ.get("MLGO_CACHE_DIR"):
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pymlgo"
+# What pymlgo itself does between a recorded module and its measured size: the command
+# `corpus.command.recompile_args` makes (dropped flags, the forced -Oz), the problems' baseline
+# compile flags, and how the object is measured. Bump it whenever any of these changes for
+# an unchanged module, or cached baselines measured the old way would be reused.
+BASELINE_RECIPE_VERSION = 1
 
 
 def baseline_key(compiler: Compiler, spec: WorkSpec, job: CompileJob) -> str:
-    """Changes whenever the baseline could: compiler build, problem, flags, bitcode."""
+    """Changes whenever the baseline could: pymlgo's recipe, compiler build, problem, flags,
+    bitcode."""
     h = hashlib.sha256()
-    for part in (compiler.identity, spec.problem, repr(spec.edits), "\0".join(job.cmd)):
+    for part in (f"recipe{BASELINE_RECIPE_VERSION}", compiler.identity, spec.problem,
+                 repr(spec.edits), "\0".join(job.cmd)):
         h.update(part.encode())
         h.update(b"\0")
     h.update(job.bitcode)
