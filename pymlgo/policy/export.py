@@ -236,7 +236,7 @@ def output_spec_json(tf: Any, model: bytes) -> bytes:
     return (json.dumps(doc, indent=2) + "\n").encode()
 
 
-# --- running exported models (tests and `mlgo export --check`) ---------------------------
+# --- running exported models (the decision-equality tests) ----------------------------
 
 
 def saved_model_decisions(

@@ -270,6 +270,7 @@ class _Layout:
     slots: tuple[tuple[np.dtype[Any], int, tuple[int, ...], int], ...]  # dtype, count, shape, at
     uniform: np.dtype[Any] | None  # the one dtype of all tensors, if they share one
     size: int  # bytes of all tensors
+    stacked: tuple[int, ...] | None  # (count, *shape) if all tensors share dtype and shape
 
 
 def _layout(specs: Sequence[TensorSpec]) -> _Layout:
@@ -278,10 +279,17 @@ def _layout(specs: Sequence[TensorSpec]) -> _Layout:
         slots.append((spec.dtype, spec.element_count, spec.shape, offset))
         offset += spec.byte_size
     dtypes = {spec.dtype for spec in specs}
-    return _Layout(tuple(slots), dtypes.pop() if len(dtypes) == 1 else None, offset)
+    uniform = dtypes.pop() if len(dtypes) == 1 else None
+    shapes = {spec.shape for spec in specs}
+    stacked = (len(specs), *shapes.pop()) if uniform is not None and len(shapes) == 1 else None
+    return _Layout(tuple(slots), uniform, offset, stacked)
 
 
 def _split_tensors(layout: _Layout, data: bytes) -> tuple[np.ndarray, ...]:
+    if layout.stacked is not None:
+        # The inliner's case (all int64 [1]): iterating one reshaped view makes the
+        # per-tensor views in C, about twice as fast as slicing each in Python.
+        return tuple(np.frombuffer(data, dtype=layout.uniform).reshape(layout.stacked))
     if layout.uniform is not None:
         # One buffer view sliced per tensor: several times faster than a view per tensor.
         flat = np.frombuffer(data, dtype=layout.uniform)
