@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import stat
 import subprocess
 import time
@@ -85,6 +87,51 @@ def test_text_size_counts_only_executable_sections(compiler, tmp_path):
     assert 0 < size < 64
     assert text_size(obj.read_bytes()) == size
     assert read_sections(obj, (".rodata", ".nothing"))[".nothing"] is None
+
+
+def readelf_sections(obj: Path) -> dict[str, tuple[int, str]]:
+    """Section name -> (size, flags), as binutils `readelf -SW` lists them."""
+    out = subprocess.run(["readelf", "-SW", str(obj)], capture_output=True, text=True,
+                         check=True).stdout
+    sections: dict[str, tuple[int, str]] = {}
+    for line in out.splitlines():
+        if not re.match(r"\s*\[\s*\d+\]", line):
+            continue
+        fields = line.split("]", 1)[1].split()
+        # Name (absent for the null section) and type come before the 16-digit address; then
+        # offset, size, entry size, flags (absent when none), link, info, alignment.
+        at = next(i for i, f in enumerate(fields) if re.fullmatch(r"[0-9a-f]{16}", f))
+        name = fields[0] if at == 2 else ""
+        rest = fields[at + 1:]
+        flags = rest[3] if len(rest) == 7 else ""
+        sections[name] = (int(rest[1], 16), flags)
+    return sections
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs binutils readelf")
+def test_text_size_sums_every_executable_section_as_readelf_lists_them(compiler, tmp_path):
+    src = tmp_path / "several.c"
+    src.write_text(
+        "static const int table[128] = {3, 1, 4, 1, 5, 9, 2, 6};\n"
+        "__attribute__((noinline)) static int scale(int x) { return x * 7 + table[x & 127]; }\n"
+        "int first(int x) { return scale(x) - 1; }\n"
+        "int second(int x, int y) { int s = 0; while (x < y) s += scale(x++); return s; }\n"
+        "int third(const char *p) { int n = 0; while (*p) n += scale(*p++); return n; }\n"
+    )
+    obj = tmp_path / "several.o"
+    subprocess.run([*compiler.cc_argv, "-c", "-target", "x86_64-linux-gnu", "-mcpu=baseline",
+                    "-Oz", "-ffunction-sections", "-fdata-sections", str(src), "-o", str(obj)],
+                   check=True)
+
+    sections = readelf_sections(obj)
+    executable = {n: size for n, (size, flags) in sections.items() if "X" in flags}
+    code = {n for n, size in executable.items() if size > 0}
+    rodata = {n: size for n, (size, flags) in sections.items() if n.startswith(".rodata")}
+
+    assert {".text.scale", ".text.first", ".text.second", ".text.third"} <= code
+    assert text_size(obj) == sum(executable.values())
+    assert rodata and sum(rodata.values()) >= 128 * 4
+    assert not any("X" in sections[n][1] for n in rodata)
 
 
 def test_non_elf_input_is_rejected(tmp_path):
