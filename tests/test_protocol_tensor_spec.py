@@ -1,12 +1,18 @@
 """TensorSpec: C element types, sizes, and JSON byte-identical to what LLVM writes."""
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
-from pymlgo.protocol.log import Header
+from pymlgo.problems.base import CompileJob
+from pymlgo.problems.inlining.compile import compile_with_policy
+from pymlgo.problems.inlining.policies import builtin_policy
+from pymlgo.protocol import channel
+from pymlgo.protocol.log import ByteSource, Header
 from pymlgo.protocol.tensor_spec import C_TYPES, TensorSpec, dumps_compact
+from pymlgo.toolchain.compiler import Compiler
 
 # The header line LLVM 22 (zig 0.17.1's clang) sent on the inliner channel with
 # -inliner-interactive-include-default, verbatim.
@@ -63,6 +69,34 @@ def test_llvm_header_round_trips_byte_exact() -> None:
     assert header.advice == TensorSpec("inlining_decision", "int64_t", (1,))
     assert header.score is None
     assert dumps_compact(header.to_json()) == LLVM22_INLINER_HEADER
+
+
+def test_the_recorded_header_is_what_the_bundled_clang_sends(
+        compiler: Compiler, minic_jobs: list[CompileJob],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    if not compiler.bundled:
+        pytest.skip("the recorded header is the bundled clang 22's")
+    received = bytearray()
+
+    class RecordingSource(ByteSource):
+        """Keeps every byte the compiler sends, before any parsing."""
+
+        def __init__(self, read: Callable[[int], bytes], chunk_size: int = 1 << 16) -> None:
+            def tee(n: int) -> bytes:
+                data = read(n)
+                received.extend(data)
+                return data
+
+            super().__init__(tee, chunk_size)
+
+    monkeypatch.setattr(channel, "ByteSource", RecordingSource)
+
+    res = compile_with_policy(compiler, minic_jobs[0], builtin_policy("default"), record=True)
+
+    assert res.ok, res.error
+    assert res.decisions > 0  # a real session: the compiler asked about call sites
+    first_line = bytes(received).split(b"\n", 1)[0]
+    assert first_line == LLVM22_INLINER_HEADER.encode()
 
 
 def test_each_spec_serializes_as_llvm_does() -> None:
