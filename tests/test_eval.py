@@ -65,3 +65,59 @@ def test_unknown_policy_is_a_clear_cli_error(capsys, demo_corpus_dir):
 def test_missing_corpus_is_a_clear_cli_error(capsys, tmp_path):
     assert main(["eval", "--corpus", str(tmp_path / "nope")]) == 2
     assert "corpus" in capsys.readouterr().err.lower()
+
+
+FLAG_MODULES = ("brotli/c/enc/histogram", "zstd/lib/compress/hist")
+
+
+def eval_json(corpus, out, *extra: str) -> dict:
+    assert main(["eval", "--corpus", str(corpus), "--workers", "2", "--json", str(out),
+                 *extra]) == 0
+    return json.loads(out.read_text())
+
+
+def test_added_flags_change_the_baseline_and_the_policy_compile_alike(demo_corpus_dir,
+                                                                      tmp_path):
+    from tests.test_train_algorithms import copy_demo_subset
+
+    corpus = copy_demo_subset(demo_corpus_dir, tmp_path / "corpus", FLAG_MODULES)
+    plain = eval_json(corpus, tmp_path / "plain.json")
+    sections = eval_json(corpus, tmp_path / "sections.json", "--add-flag=-ffunction-sections")
+    # a section per function: other .text bytes (alignment) at -Oz and through the channel
+    assert sections["total"]["baseline_bytes"] != plain["total"]["baseline_bytes"]
+    assert all(m["policy_bytes"] == m["baseline_bytes"] for m in sections["modules"])
+    # deleting what was added, or overriding the recorded commands, reaches the compile too
+    undone = eval_json(corpus, tmp_path / "undone.json", "--add-flag=-ffunction-sections",
+                       "--delete-flag=-ffunction-sections")
+    assert undone["total"] == sections["total"]  # deletes come before adds
+    override = eval_json(corpus, tmp_path / "override.json", "--command-override",
+                         "-O2 -target x86_64-linux-gnu -ffunction-sections")
+    assert override["total"]["baseline_bytes"] != plain["total"]["baseline_bytes"]
+
+
+def test_a_malformed_flag_edit_is_a_one_line_error(capsys, demo_corpus_dir):
+    assert main(["eval", "--corpus", str(demo_corpus_dir), "--replace-flag", "a=b=c"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "write OLD=NEW" in err
+
+
+@pytest.mark.parametrize("where", ["a_file/report.json", "a_dir"])
+def test_an_unwritable_json_path_fails_before_the_run_and_leaves_nothing(
+    capsys, tmp_path, demo_corpus_dir, where
+):
+    (tmp_path / "a_file").write_text("not a directory")
+    (tmp_path / "a_dir").mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["eval", "--corpus", str(demo_corpus_dir), "--json",
+                 str(tmp_path / where)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mlgo eval: ") and err.count("\n") == 1
+    assert "eval default" not in err  # no progress bar: nothing was compiled
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_json_path_in_a_new_directory_is_fine(tmp_path):
+    from pymlgo.cli.common import check_writable
+
+    check_writable(tmp_path / "new" / "dirs" / "report.json")
+    assert list(tmp_path.iterdir()) == []  # checked, not created

@@ -46,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also write the full report as JSON to OUT")
     common.add_worker_args(p)
     common.add_compiler_args(p)
+    common.add_flag_args(p)
     p.add_argument("--memory-limit", type=int, default=None, metavar="MB",
                    help="address-space limit per compile in MiB (default: none); a compile "
                    "that needs more fails and is listed with the others")
@@ -56,20 +57,28 @@ def run(args: argparse.Namespace) -> int:
     if args.problem == "regalloc":
         from pymlgo.cli.regalloc import run_eval
 
+        if common.has_flag_args(args):
+            print("mlgo eval: the compile flag options apply to --problem inlining only",
+                  file=sys.stderr)
+            return 2
         return run_eval(args)
+    if args.memory_limit is not None and args.memory_limit < 1:
+        print("mlgo eval: --memory-limit must be >= 1 (MiB)", file=sys.stderr)
+        return 2
     try:
+        if args.json is not None:
+            common.check_writable(args.json)  # not only after the whole run
+        edits = common.flag_edits(args)
         compiler = find_compiler(args.clang)
         policy = load_policy(args.policy, problem=args.problem, seed=args.seed)
-        corpus = common.resolve_corpus(args.corpus)
+        corpus = common.resolve_corpus(args.corpus, command_override=common.command_override(
+            args), clang=args.clang)
     except (CompilerError, ValueError, OSError) as exc:
         print(f"mlgo eval: {exc}", file=sys.stderr)
         return 2
     jobs = corpus_jobs(corpus)
-    if args.memory_limit is not None and args.memory_limit < 1:
-        print("mlgo eval: --memory-limit must be >= 1 (MiB)", file=sys.stderr)
-        return 2
     spec = WorkSpec(problem=args.problem, clang=str(compiler.path) if not compiler.bundled
-                    else None, timeout=args.timeout, memory_mb=args.memory_limit)
+                    else None, timeout=args.timeout, memory_mb=args.memory_limit, edits=edits)
     bar, on_result = common.progress(2 * len(jobs), f"eval {policy.name}")
     try:
         with make_executor(args.cluster, common.default_workers(args.workers)) as executor:
@@ -82,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
     print(format_table(report))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        try:
+            common.write_text_atomic(args.json, json.dumps(report.to_json(), indent=2) + "\n")
+        except OSError as exc:
+            print(f"mlgo eval: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return 0 if report.ok_modules else 1

@@ -60,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic policies")
     common.add_worker_args(p)
     common.add_compiler_args(p)
+    common.add_flag_args(p)
     p.set_defaults(func=run)
 
 
@@ -87,9 +88,11 @@ def format_summary(summary: TraceSummary) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        edits = common.flag_edits(args)
+        override = common.command_override(args)
         compiler = find_compiler(args.clang)
         policy = load_policy(args.policy, problem=args.problem, seed=args.seed)
-        corpus = common.resolve_corpus(args.corpus)
+        corpus = common.resolve_corpus(args.corpus, command_override=override, clang=args.clang)
     except (CompilerError, ValueError, OSError) as exc:
         print(f"mlgo trace: {exc}", file=sys.stderr)
         return 2
@@ -98,8 +101,11 @@ def run(args: argparse.Namespace) -> int:
         problem=args.problem,
         clang=None if compiler.bundled else str(compiler.path),
         timeout=args.timeout,
+        edits=edits,
     )
     metadata = {"policy_spec": args.policy, "seed": args.seed, "corpus": str(args.corpus)}
+    if override is not None:  # so `mlgo train --traces` can refuse other flags
+        metadata["command_override"] = override
     bar, on_result = common.progress(2 * len(jobs), f"trace {policy.name}")
     try:
         # None lets the backend choose (all local cores; a shared pool's own size).

@@ -7,7 +7,8 @@ A trace directory holds, for a corpus and a policy:
   an outcome holding the module's final reward `1 - policy_bytes / baseline_bytes`
   (baseline = plain -Oz).
 - `sizes.csv`: `module,baseline_bytes,policy_bytes,decisions,error`, one row per module.
-- `trace.json`: policy, compiler, counts and totals.
+- `trace.json`: policy, compiler, counts and totals; `edits` (delete, replace, add) when
+  the compiles ran with flag edits, and whatever `metadata` the caller adds.
 
 The directory appears only when complete: everything is written into a temporary sibling
 that is renamed at the end, so a failed or interrupted run leaves nothing behind.
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from pymlgo.corpus.command import FlagEdits
 from pymlgo.evaluate.baseline import BaselineCache, baseline_results
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Trajectory
 from pymlgo.protocol.channel import REWARD_SPEC, ChannelSession, Decision, session_to_log
@@ -138,6 +140,14 @@ def trajectory_log_bytes(traj: Trajectory, reward: float) -> bytes:
     return out.getvalue()
 
 
+def edits_json(edits: FlagEdits) -> dict[str, list[Any]] | None:
+    """Flag edits as trace.json records them; None for none."""
+    if edits == FlagEdits():
+        return None
+    return {"delete": list(edits.delete), "replace": [list(p) for p in edits.replace],
+            "add": list(edits.add)}
+
+
 def trace_corpus(
     executor: Executor,
     compiler: Compiler,
@@ -193,9 +203,10 @@ def trace_corpus(
         ordered = tuple(
             rows.get(n) or TraceRow(n, None, None, 0, "no result") for n in sorted(names)
         )
-        summary = TraceSummary(
-            output_dir, policy.name, compiler.describe(), ordered, dict(metadata or {})
-        )
+        recorded = dict(metadata or {})
+        if edits_json(base.edits) is not None:
+            recorded["edits"] = edits_json(base.edits)  # so a trainer can refuse other flags
+        summary = TraceSummary(output_dir, policy.name, compiler.describe(), ordered, recorded)
         _write_sizes(tmp / SIZES_FILE, ordered)
         (tmp / TRACE_FILE).write_text(
             json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n"
