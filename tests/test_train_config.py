@@ -105,3 +105,53 @@ def test_unknown_key_in_the_config_file_fails_mlgo_train(tmp_path, capsys):
     assert main(["train", "--config", str(path), "--output_dir", str(tmp_path / "o")]) == 2
     assert "sgima" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_vocab_traces_and_compile_flags_come_from_the_file_and_flags_replace_them(tmp_path):
+    path = write(tmp_path, """
+        algo = "bc"
+        vocab = "v"
+        traces = "t"
+        [compile]
+        add_flags = ["-mllvm", "-inline-threshold=0"]
+        delete_flags = ["-fno-unroll-loops"]
+        replace_flags = [["x86-64", "haswell"]]
+    """)
+    cfg = config_from_args(parse_train("--config", str(path)))
+    assert (cfg.vocab, cfg.traces) == ("v", "t")
+    assert cfg.compile.flag_edits().add == ("-mllvm", "-inline-threshold=0")
+    assert cfg.compile.flag_edits().replace == (("x86-64", "haswell"),)
+    cfg = config_from_args(parse_train(
+        "--config", str(path), "--traces", "t2", "--add-flag", "-mllvm -x=1",
+        "--replace-flag=-mframe-pointer=none=-mframe-pointer=all",
+        "--command-override", "-O2 -c"))
+    assert cfg.traces == "t2"
+    assert cfg.compile.add_flags == ("-mllvm", "-x=1")  # the flag replaces the file's list
+    assert cfg.compile.delete_flags == ("-fno-unroll-loops",)  # not given: the file's
+    assert cfg.compile.replace_flags == (("-mframe-pointer=none", "-mframe-pointer=all"),)
+    assert cfg.compile.command_override == ("-O2", "-c")
+
+
+@pytest.mark.parametrize("text", ["a=b=c", "=x", "x=", "nothing"])
+def test_an_ambiguous_or_empty_flag_replacement_is_an_error(text):
+    from pymlgo.cli.common import parse_replacement
+
+    with pytest.raises(ValueError, match="OLD=NEW"):
+        parse_replacement(text)
+
+
+def test_config_keys_that_would_do_nothing_are_errors():
+    with pytest.raises(ConfigError, match="quantiles does not apply with a vocab"):
+        make_config(vocab="v", policy={"quantiles": 10})
+    with pytest.raises(ConfigError, match="not both"):
+        make_config(vocab="v", warmstart="pretrained:inlining-oz")
+    with pytest.raises(ConfigError, match="traces are only used for behaviour cloning"):
+        make_config(algo="es", warmstart="", traces="t")
+    with pytest.raises(ConfigError, match=r"\[old, new\] pairs"):
+        make_config(compile={"replace_flags": [["a", "b", "c"]]})
+
+
+def test_unused_new_keys_leave_the_saved_config_as_it_was():
+    # policies published before vocab/traces/[compile] existed keep their provenance
+    assert not {"vocab", "traces", "compile"} & set(to_dict(make_config()))
+    assert to_dict(make_config(vocab="v"))["vocab"] == "v"

@@ -26,7 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
             "total .text on the validation split is kept in OUTPUT_DIR/best, the last one in "
             "OUTPUT_DIR/final (use either with `mlgo eval --policy DIR`). Scalars go to "
             "OUTPUT_DIR/scalars.jsonl and, with tensorboard installed, to "
-            "OUTPUT_DIR/tensorboard. The same seed and config give the same policy bytes."
+            "OUTPUT_DIR/tensorboard. A run bounded by --iterations (not --time-budget) "
+            "is reproducible: the same seed, config, corpus and compiler give the same "
+            "policy bytes, whatever the number of workers and whether the run was stopped "
+            "and resumed (unless compiles hit --timeout). With --time-budget the number "
+            "of iterations depends on the machine's speed and load, and with it the bytes."
         ),
     )
     common.add_corpus_arg(p)
@@ -44,10 +48,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stop starting iterations after MIN minutes in total (setup included)")
     p.add_argument("--warmstart", default=None, metavar="P",
                    help="bc (default: behaviour-clone clang's heuristic first), none, or a "
-                   "saved policy directory to start from")
+                   "saved policy to start from as --policy takes it (a directory, e.g. "
+                   "OTHER_RUN/best, or pretrained:NAME); its network and features are used "
+                   "as they are, so [policy] keys that disagree with them are an error")
+    p.add_argument("--vocab", default=None, metavar="DIR",
+                   help="feature normalization of the new network from DIR/vocab.json, "
+                   "written by `mlgo vocab` (default: quantiles of the training modules' "
+                   "recorded features); its features must be the ones the policy reads")
+    p.add_argument("--traces", default=None, metavar="DIR",
+                   help="behaviour-clone clang's decisions from DIR, written by `mlgo trace "
+                   "--policy default` on this corpus with the same compiler and flags, "
+                   "instead of recording them again (used by --algo bc and --warmstart bc)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
-                   help="TOML file with TrainConfig fields ([split], [policy], [bc], [ppo], "
-                   "[es], [dqn] tables); unknown keys are an error; flags override it")
+                   help="TOML file with TrainConfig fields (top-level keys such as seed, "
+                   "warmstart, vocab, traces; tables [split], [policy], [compile], [bc], "
+                   "[ppo], [es], [dqn]); unknown keys are an error; flags override it (a "
+                   "compile flag option replaces that [compile] list)")
     p.add_argument("--partial-rewards", "--partial_rewards", dest="partial_rewards",
                    choices=["none", "ir2native"], default=None,
                    help="ppo only. none (default): every decision of a module compile shares "
@@ -68,6 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write scalars.jsonl only")
     common.add_worker_args(p)
     common.add_compiler_args(p)
+    common.add_flag_args(p)
     p.set_defaults(func=run)
 
 
@@ -92,6 +109,16 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         data["partial_rewards"] = args.partial_rewards
     if args.ir2native_model is not None:
         data["ir2native_model"] = args.ir2native_model
+    if args.vocab is not None:
+        data["vocab"] = args.vocab
+    if args.traces is not None:
+        data["traces"] = args.traces
+    flags = common.flag_values(args)
+    if flags:
+        table = data.get("compile", {})
+        if not isinstance(table, dict):
+            raise cfg.ConfigError(f"{args.config}: compile must be a table")
+        data["compile"] = {**table, **flags}
     if "algo" not in data:
         raise cfg.ConfigError("give --algo {bc,ppo,es,dqn} (or a --config file that sets algo)")
     try:
@@ -104,9 +131,11 @@ def run(args: argparse.Namespace) -> int:
     if args.problem == "regalloc":
         from pymlgo.cli.regalloc import run_train
 
-        if args.partial_rewards not in (None, "none") or args.ir2native_model is not None:
-            print("mlgo train: --partial-rewards/--ir2native-model apply to --problem "
-                  "inlining only", file=sys.stderr)
+        if (args.partial_rewards not in (None, "none") or args.ir2native_model is not None
+                or args.vocab is not None or args.traces is not None
+                or common.has_flag_args(args)):
+            print("mlgo train: --partial-rewards, --ir2native-model, --vocab, --traces and "
+                  "the compile flag options apply to --problem inlining only", file=sys.stderr)
             return 2
 
         return run_train(args)
@@ -120,7 +149,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         workers = common.default_workers(args.workers) if args.cluster is None else args.workers
-        corpus = common.resolve_corpus(args.corpus)
+        override = config.compile.command_override
+        corpus = common.resolve_corpus(args.corpus, clang=args.clang,
+                                       command_override=override)
         options = RunOptions(workers=workers, cluster=args.cluster, clang=args.clang,
                              timeout=args.timeout, tensorboard=args.tensorboard)
         result = train(config, corpus, args.output_dir, options=options)

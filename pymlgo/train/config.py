@@ -30,14 +30,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from pymlgo.corpus.command import FlagEdits
+
 ALGORITHMS = ("bc", "ppo", "es", "dqn")
 DEFAULT_ITERATIONS = 20
 Algo = Literal["bc", "ppo", "es", "dqn"]
 PartialRewards = Literal["none", "ir2native"]
 
-# Fields added after policies were published: at their default they are left out of
-# `to_dict`, so a run that does not use them keeps the provenance (and bytes) it had.
-_OMITTED_AT_DEFAULT = {"partial_rewards": "none", "ir2native_model": ""}
+DEFAULT_HIDDEN = (40, 40, 20)
+DEFAULT_QUANTILES = 1000
 
 
 class ConfigError(ValueError):
@@ -55,12 +56,54 @@ class SplitConfig:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """Network shape and feature normalization (MLGO: MLP 40-40-20, 1000 quantiles)."""
+    """Network shape and feature normalization (MLGO: MLP 40-40-20, 1000 quantiles).
 
-    hidden: tuple[int, ...] = (40, 40, 20)
-    quantiles: int = 1000
-    # None: the vocab's default feature set (every feature except clang's own decision)
+    A key left out (None) takes its value from where the policy comes from: a saved-policy
+    warm start brings its network and features, a `vocab` directory its features and
+    quantiles; otherwise the defaults below. A key that is set must agree with them.
+    """
+
+    hidden: tuple[int, ...] | None = None  # None: DEFAULT_HIDDEN, or the warm start's
+    quantiles: int | None = None  # None: DEFAULT_QUANTILES; must be unset with a vocab
+    # None: every feature clang sends except its own decision (or the vocab's/warm start's)
     features: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.hidden is not None and any(h < 1 for h in self.hidden):
+            raise ConfigError("policy.hidden layer sizes must be >= 1")
+        if self.quantiles is not None and self.quantiles < 1:
+            raise ConfigError("policy.quantiles must be >= 1")
+
+
+@dataclass(frozen=True)
+class CompileConfig:
+    """The user's own edits to every module's cc1 command (baseline and policy compiles).
+
+    `command_override` (a list of cc1 or clang driver arguments) replaces each module's
+    recorded command, and is checked against the corpus flag allowlist as the corpus' own
+    flags are; `delete_flags`, `replace_flags` ([old, new] pairs of single arguments) and
+    `add_flags` are then applied, in that order, after the check and after the size level
+    (-Oz) is set, so they can change anything.
+    """
+
+    add_flags: tuple[str, ...] = ()
+    delete_flags: tuple[str, ...] = ()
+    replace_flags: tuple[tuple[str, ...], ...] = ()
+    command_override: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for pair in self.replace_flags:
+            if len(pair) != 2:
+                raise ConfigError(f"compile.replace_flags entries must be [old, new] pairs, "
+                                  f"not {list(pair)!r}")
+        if self.command_override is not None and not self.command_override:
+            raise ConfigError("compile.command_override must not be empty (leave it out to "
+                              "use each module's own command)")
+
+    def flag_edits(self) -> FlagEdits:
+        return FlagEdits(delete=self.delete_flags,
+                         replace=tuple((old, new) for old, new in self.replace_flags),
+                         add=self.add_flags)
 
 
 @dataclass(frozen=True)
@@ -134,8 +177,14 @@ class TrainConfig:
     # stop after this many iterations and/or minutes; neither given: DEFAULT_ITERATIONS
     iterations: int | None = None
     time_budget_minutes: float | None = None
-    # "bc": behaviour-clone clang's heuristic first; a saved policy directory; "" for none
+    # "bc": behaviour-clone clang's heuristic first; "" for none; or a saved MLP policy as
+    # `--policy` takes it (a directory or pretrained:NAME)
     warmstart: str = "bc"
+    # a directory written by `mlgo vocab`: the feature normalization of a new network
+    vocab: str = ""
+    # a directory written by `mlgo trace --policy default` on this corpus: clang's decisions
+    # to behaviour-clone, instead of recording them again
+    traces: str = ""
     eval_every: int = 1  # validation compile every N iterations (and after the last)
     # training batches: "module" (uniform over modules) or "package" (each package equally
     # often, so one big project does not dominate the batches)
@@ -147,6 +196,7 @@ class TrainConfig:
     ir2native_model: str = ""
     split: SplitConfig = field(default_factory=SplitConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
     bc: BCConfig = field(default_factory=BCConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     es: ESConfig = field(default_factory=ESConfig)
@@ -177,6 +227,18 @@ class TrainConfig:
             raise ConfigError("ir2native_model is only used with partial_rewards = 'ir2native'")
         if not 0 <= self.split.validation < 1 or not 0 <= self.split.heldout < 1:
             raise ConfigError("split fractions must be in [0, 1)")
+        if self.vocab and self.policy.quantiles is not None:
+            raise ConfigError("policy.quantiles does not apply with a vocab (its quantiles "
+                              "are computed already); leave it out")
+        if self.vocab and self.warmstart not in ("", "bc"):
+            raise ConfigError("give a vocab or a saved-policy warm start, not both (the "
+                              "warm-start policy brings its own vocab)")
+        if self.warmstart not in ("", "bc") and self.policy.quantiles is not None:
+            raise ConfigError("policy.quantiles does not apply with a saved-policy warm "
+                              "start (it brings its own vocab); leave it out")
+        if self.traces and self.warmstart != "bc" and self.algo != "bc":
+            raise ConfigError("traces are only used for behaviour cloning: with algo = "
+                              "'bc' or warmstart = 'bc'")
 
     @property
     def max_iterations(self) -> int | None:
@@ -184,12 +246,27 @@ class TrainConfig:
             return DEFAULT_ITERATIONS
         return self.iterations
 
+    @property
+    def hidden(self) -> tuple[int, ...]:
+        """The network of a new policy (a saved-policy warm start brings its own)."""
+        return self.policy.hidden if self.policy.hidden is not None else DEFAULT_HIDDEN
+
+    @property
+    def quantiles(self) -> int:
+        """Quantiles of a vocab built from the training modules' recorded decisions."""
+        return self.policy.quantiles if self.policy.quantiles is not None else DEFAULT_QUANTILES
+
+    @property
+    def policy_warmstart(self) -> str | None:
+        """The saved-policy spec to start from, if the warm start is one."""
+        return None if self.warmstart in ("", "bc") else self.warmstart
+
     def setup_identity(self) -> dict[str, Any]:
         """The fields the one-time setup (split, vocab, warm start) depends on."""
         d = to_dict(self)
-        keep = ("seed", "warmstart", "split", "policy", "bc")
-        return {k: d[k] for k in keep} | {"bc_warmstart": self.warmstart == "bc"
-                                          and self.algo != "bc"}
+        keep = ("seed", "warmstart", "split", "policy", "bc", "vocab", "traces", "compile")
+        return {k: d[k] for k in keep if k in d} | {
+            "bc_warmstart": self.warmstart == "bc" and self.algo != "bc"}
 
     def identity(self) -> dict[str, Any]:
         """The fields a resumed run must share with its checkpoint (the budget may grow)."""
@@ -210,10 +287,17 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
     d = plain(dataclasses.asdict(cfg))
     if isinstance(cfg, TrainConfig):
-        for key, default in _OMITTED_AT_DEFAULT.items():
+        for key, default in _omitted_at_default().items():
             if d.get(key) == default:
                 del d[key]
     return d
+
+
+def _omitted_at_default() -> dict[str, Any]:
+    """Fields added after policies were published: at their default they are left out of
+    `to_dict`, so a run that does not use them keeps the provenance (and bytes) it had."""
+    return {"partial_rewards": "none", "ir2native_model": "", "vocab": "", "traces": "",
+            "compile": to_dict(CompileConfig())}
 
 
 def _check_value(where: str, value: Any, hint: Any) -> Any:

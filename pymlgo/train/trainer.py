@@ -7,8 +7,15 @@ Output directory layout:
   (parameters, optimizer, RNG states), best-so-far, elapsed time;
 - `best/` — the policy with the lowest validation size so far; `final/` — the last one
   (both loadable with `mlgo eval --policy DIR`);
-- `scalars.jsonl` — one JSON object per iteration; TensorBoard event files as well when
-  tensorboard is installed;
+- `scalars.jsonl` — one JSON object per iteration; TensorBoard event files (`tensorboard/`)
+  with the same tags as well when tensorboard is installed. Every iteration logs
+  `reward/train` (mean 1 - size/-Oz size of its training compiles), `size_change/train`,
+  `size_change/validation` (total .text vs -Oz; for bc, which compiles nothing to learn,
+  both only on iterations that validate, see `eval_every`),
+  `size_change/validation_best`, `compiles`, `failures`, `decisions_per_second`,
+  `time/iteration_seconds`,
+  and the algorithm's own (`bc/...`, `ppo/...`, `es/...`, `dqn/...`); iteration 0 holds
+  the starting policy's validation size and the bc warm start's scalars;
 - `ir2native-model.json` — with `partial_rewards = "ir2native"` and no model given: the
   IR2Native model fitted on the training split's modules (reused on resume).
 
@@ -41,13 +48,14 @@ from pymlgo.ir2native.estimates import from_extra
 from pymlgo.ir2native.model import IR2NativeModel
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.mlp import init_mlp
-from pymlgo.policy.store import load_policy_dir, save_policy
+from pymlgo.policy.store import save_policy
 from pymlgo.policy.vocab import build_vocab
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, HeuristicPolicy
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 from pymlgo.train.config import TrainConfig, to_dict
 from pymlgo.train.env import Demonstrations, Episode, RunStats, TrainEnv, inputs, size_change
 from pymlgo.train.shaping import IR2NativeShaper
+from pymlgo.train.sources import SourceError, Sources, check_features, load_sources
 from pymlgo.workers.protocol import Executor, WorkSpec
 
 SETUP_FILE, CHECKPOINT_FILE, SCALARS_FILE = "setup.pkl", "checkpoint.pkl", "scalars.jsonl"
@@ -229,10 +237,15 @@ def _demonstrations(episodes: list[Episode], features: tuple[str, ...]) -> Demon
 def _input_features(config: TrainConfig, episodes: list[Episode]) -> tuple[str, ...]:
     if config.policy.features is not None:
         return config.policy.features
+    # clang's own decision is the label, never an input (as in MLGO)
+    return tuple(n for n in _compiler_features(episodes) if n != DEFAULT_FEATURE)
+
+
+def _compiler_features(episodes: list[Episode]) -> tuple[str, ...]:
+    """The features clang sent, in its order (from the first module with decisions)."""
     for e in episodes:
         if e.ok and e.features:
-            # clang's own decision is the label, never an input (as in MLGO)
-            return tuple(n for n in e.features if n != DEFAULT_FEATURE)
+            return tuple(e.features)
     raise TrainError("no training module produced a single inlining decision")
 
 
@@ -243,8 +256,12 @@ def prepare(
     compiler: Compiler,
     spec: WorkSpec,
     say: Callable[[str], None],
+    sources: Sources | None = None,
 ) -> Setup:
-    """Split, -Oz sizes, heuristic traces, vocab, and the warm-start policy."""
+    """Split, -Oz sizes, heuristic decisions (recorded, or read from `config.traces`),
+    vocab, and the warm-start policy."""
+    if sources is None:
+        sources = _load_sources(config, corpus, compiler)
     split = make_split(config, corpus)
     if not split.train:
         raise TrainError("the split leaves no training modules")
@@ -252,31 +269,43 @@ def prepare(
     jobs = {j.module: j for j in corpus_jobs(corpus, names)}
     say(f"-Oz baseline sizes of {len(jobs)} modules")
     baselines = baseline_sizes(executor, list(jobs.values()), compiler, spec=spec)
-    say(f"recording clang's decisions on {len(jobs)} modules")
-    env = TrainEnv(executor, spec, jobs, baselines)
-    episodes = env.run([HeuristicPolicy()], sorted(n for n in names if n in baselines),
-                       record=True)
-    train_eps = [e for e in episodes if e.module in set(split.train)]
-    val_eps = [e for e in episodes if e.module in set(split.validation)]
+    usable = sorted(n for n in names if n in baselines)
+    try:
+        if sources.traces is not None:
+            say(f"clang's decisions on {len(usable)} modules from {sources.traces.directory}")
+            episodes = sources.traces.episodes(usable, baselines)
+        else:
+            say(f"recording clang's decisions on {len(jobs)} modules")
+            env = TrainEnv(executor, spec, jobs, baselines)
+            episodes = env.run([HeuristicPolicy()], usable, record=True)
+        train_eps = [e for e in episodes if e.module in set(split.train)]
+        val_eps = [e for e in episodes if e.module in set(split.validation)]
+        compiler_features = _compiler_features(train_eps)
 
-    warm = config.warmstart
-    if warm and warm != "bc":
-        initial = load_policy_dir(Path(warm)).greedy()
-        features = initial.vocab.features
-    else:
-        features = _input_features(config, train_eps)
-        columns = {name: np.concatenate(
-            [np.asarray(e.features[name]).reshape(-1) for e in train_eps
-             if e.ok and e.features]) for name in features}
-        vocab = build_vocab(columns, quantiles=config.policy.quantiles, features=features)
-        rng = np.random.default_rng([config.seed, _STREAM_INIT])
-        params = init_mlp(vocab.input_dim, config.policy.hidden, rng)
-        initial = InliningPolicy(vocab=vocab, params=params, hidden=config.policy.hidden,
-                                 name=f"mlgo-{config.algo}")
+        if sources.warm is not None:
+            check_features(sources, config, compiler_features, None)
+            initial = sources.warm
+            features = initial.vocab.features
+        else:
+            vocab = sources.vocab
+            if vocab is None:
+                features = _input_features(config, train_eps)
+                columns = {name: np.concatenate(
+                    [np.asarray(e.features[name]).reshape(-1) for e in train_eps
+                     if e.ok and e.features]) for name in features}
+                vocab = build_vocab(columns, quantiles=config.quantiles, features=features)
+            check_features(sources, config, compiler_features, vocab)
+            features = vocab.features
+            rng = np.random.default_rng([config.seed, _STREAM_INIT])
+            params = init_mlp(vocab.input_dim, config.hidden, rng)
+            initial = InliningPolicy(vocab=vocab, params=params, hidden=config.hidden,
+                                     name=f"mlgo-{config.algo}")
+    except SourceError as exc:
+        raise TrainError(str(exc)) from exc
     demos_train = _demonstrations(train_eps, features)
     demos_val = _demonstrations(val_eps, features) if val_eps else None
     warm_scalars: dict[str, float] = {}
-    if warm == "bc" and config.algo != "bc":
+    if config.warmstart == "bc" and config.algo != "bc":
         from pymlgo.train.bc import BehaviourCloning
 
         say(f"behaviour cloning warm start: {len(demos_train)} decisions, "
@@ -288,6 +317,13 @@ def prepare(
     decisions = {e.module: e.decisions for e in episodes if e.ok}
     return Setup(split, baselines, decisions, demos_train, demos_val, initial, warm_scalars,
                  config.setup_identity())
+
+
+def _load_sources(config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
+    try:
+        return load_sources(config, corpus, compiler.version)
+    except SourceError as exc:
+        raise TrainError(str(exc)) from exc
 
 
 def _seed(config: TrainConfig, stream: int) -> int:
@@ -412,9 +448,30 @@ def train(
 ) -> TrainResult:
     """Train (or resume training) a policy into `output_dir`; see the module docstring."""
     out = Path(output_dir)
-    if config.ir2native_model:  # a bad model path fails before anything is written
+    # everything given from outside fails before anything is written
+    if config.ir2native_model:
         load_ir2native(Path(config.ir2native_model))
+    override = config.compile.command_override
+    if override is not None and corpus.global_command_override != override:
+        raise TrainError("compile.command_override is set but the corpus was loaded without "
+                         "it: load it with load_corpus(root, command_override=...), as "
+                         "`mlgo train` does")
+    compiler = find_compiler(options.clang)
+    fresh_setup = not (out / SETUP_FILE).is_file()
+    sources = _load_sources(config, corpus, compiler) if fresh_setup else None
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _train(config, corpus, out, options, executor, compiler, sources)
+    except BaseException:
+        if created and not any(out.iterdir()):  # failed before writing anything
+            out.rmdir()
+        raise
+
+
+def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
+           executor: Executor | None, compiler: Compiler, sources: Sources | None
+           ) -> TrainResult:
     started = time.monotonic()
 
     def say(msg: str) -> None:
@@ -438,9 +495,8 @@ def train(
 
         make_deterministic(config.seed)
 
-    compiler = find_compiler(options.clang)
     spec = WorkSpec(problem="inlining", clang=None if compiler.bundled else str(compiler.path),
-                    timeout=options.timeout)
+                    timeout=options.timeout, edits=config.compile.flag_edits())
     with _executor_for(options, executor) as ex:
         setup: Setup | None = _load_pickle(out / SETUP_FILE)
         if setup is not None and setup.identity != config.setup_identity():
@@ -449,7 +505,8 @@ def train(
                 f"(changed: {_diff(setup.identity, config.setup_identity())})"
             )
         if setup is None:
-            setup = prepare(config, corpus, ex, compiler, spec, say)
+            setup = prepare(config, corpus, ex, compiler, spec, say,
+                            sources or _load_sources(config, corpus, compiler))
             _atomic_write_bytes(out / SETUP_FILE, pickle.dumps(setup, protocol=5))
         env, val_env, val_names = make_envs(setup, corpus, ex, spec, config.sample_by)
         shaper = None
