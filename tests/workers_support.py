@@ -7,6 +7,7 @@ the bundled clang with embedded bitcode, as a corpus build would.
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pymlgo.corpus.command import parse_cmd
+from pymlgo.corpus.command import format_cmd, parse_cmd
+from pymlgo.corpus.format import write_corpus_description
 from pymlgo.problems.base import CompileJob, ModuleResult
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.toolchain.compiler import Compiler
@@ -41,6 +43,26 @@ def compile_to_jobs(compiler: Compiler, sources: Iterable[Path], out_dir: Path,
         assert bc and cmd, src
         jobs.append(CompileJob(f"{prefix}/{src.stem}", bc, parse_cmd(cmd)))
     return jobs
+
+
+def wrap_bitcode(bitcode: bytes, pad: int) -> bytes:
+    """The same module behind LLVM's bitcode wrapper header, followed by `pad` bytes LLVM
+    never reads: a file as heavy as we like that compiles exactly like the original."""
+    header = struct.pack("<5I", 0x0B17C0DE, 0, 20, len(bitcode), 0)  # magic ver offset size cpu
+    return header + bitcode + b"\0" * pad
+
+
+def write_corpus(root: Path, jobs: Iterable[CompileJob], *, pad: int = 0) -> Path:
+    """A corpus in mlgo-utils' layout (.bc + .cmd per module), each .bc padded by `pad`."""
+    names = []
+    for job in jobs:
+        (root / job.module).parent.mkdir(parents=True, exist_ok=True)
+        bc = wrap_bitcode(job.bitcode, pad) if pad else job.bitcode
+        (root / f"{job.module}.bc").write_bytes(bc)
+        (root / f"{job.module}.cmd").write_bytes(format_cmd(job.cmd))
+        names.append(job.module)
+    write_corpus_description(root, names)
+    return root
 
 
 def spec_for(policy: str | None) -> WorkSpec:

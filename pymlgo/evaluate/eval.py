@@ -76,9 +76,11 @@ class EvalReport:
 
 
 def corpus_jobs(corpus: Corpus, names: Sequence[str] | None = None) -> list[CompileJob]:
+    """One job per module (all, or `names`), reading its bitcode only when it compiles:
+    the jobs of a corpus of any size cost a path each, not the corpus."""
     wanted = None if names is None else set(names)
     return [
-        CompileJob(m.name, m.read_bitcode(), m.cmd)
+        CompileJob.from_file(m.name, m.bc_path, m.cmd)
         for m in corpus.modules
         if wanted is None or m.name in wanted
     ]
@@ -99,30 +101,29 @@ def evaluate(
     totals; the run goes on.
     """
     base = spec if spec is not None else WorkSpec(clang=None)
-    baselines: dict[str, ModuleResult] = {}
+    # Results stream through: per module only the few fields of its row are kept.
+    baselines: dict[str, tuple[int | None, str | None]] = {}
     for res in baseline_results(executor, jobs, compiler, spec=base):
-        baselines[res.module] = res
+        baselines[res.module] = (res.size, res.error)
         if on_result:
             on_result(res)
     pol_spec = replace(base, policy=policy, record=False)
-    results: dict[str, ModuleResult] = {}
-    for res in executor.run(pol_spec, list(jobs)):
-        results[res.module] = res
+    results: dict[str, tuple[int | None, int, str | None]] = {}
+    for res in executor.run(pol_spec, jobs):
+        results[res.module] = (res.size, res.decisions, res.error)
         if on_result:
             on_result(res)
     rows = []
-    for job in sorted(jobs, key=lambda j: j.module):
-        b, p = baselines.get(job.module), results.get(job.module)
-        errors = [f"baseline: {b.error}" if b is None or b.error else None,
-                  f"policy: {p.error}" if p is None or p.error else None]
+    for module in sorted(job.module for job in jobs):
+        b, p = baselines.get(module), results.get(module)
+        errors = [f"baseline: {b[1] if b else 'no result'}" if b is None or b[1] else None,
+                  f"policy: {p[2] if p else 'no result'}" if p is None or p[2] else None]
         err = "; ".join(e for e in errors if e) or None
-        if b is None or p is None:
-            err = err or "no result"
         rows.append(ModuleRow(
-            name=job.module,
-            baseline_bytes=b.size if b else None,
-            policy_bytes=p.size if p else None,
-            decisions=p.decisions if p else 0,
+            name=module,
+            baseline_bytes=b[0] if b else None,
+            policy_bytes=p[0] if p else None,
+            decisions=p[1] if p else 0,
             error=err,
         ))
     return EvalReport(base.problem, policy.name, compiler.describe(), tuple(rows))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -31,11 +32,39 @@ class Policy(Protocol):
 
 @dataclass(frozen=True)
 class CompileJob:
-    """One module to compile: everything a worker needs, no shared filesystem."""
+    """One module to compile: its name, cc1 command and bitcode.
+
+    `CompileJob(module, data, cmd)` holds the bitcode; `CompileJob.from_file` holds only
+    its path and reads the file whenever `bitcode` is asked for, so a job list costs a
+    path per module, not the corpus, until each job compiles. An executor whose workers
+    have no shared filesystem ships `loaded()` jobs.
+    """
 
     module: str
-    bitcode: bytes
+    data: bytes | None = field(repr=False)
     cmd: tuple[str, ...]
+    path: Path | None = None
+
+    def __post_init__(self) -> None:
+        if (self.data is None) == (self.path is None):
+            raise ValueError(f"job {self.module!r}: give either the bitcode or its path")
+
+    @classmethod
+    def from_file(cls, module: str, path: Path, cmd: tuple[str, ...]) -> CompileJob:
+        return cls(module, None, cmd, path)
+
+    @property
+    def bitcode(self) -> bytes:
+        """The module's bitcode; read from `path` on every call (never kept) if not held."""
+        if self.data is not None:
+            return self.data
+        assert self.path is not None
+        return self.path.read_bytes()
+
+    def loaded(self) -> CompileJob:
+        """This job holding its bitcode (OSError if the file cannot be read)."""
+        return self if self.data is not None else CompileJob(self.module, self.bitcode,
+                                                             self.cmd)
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ class LocalPool(ExecutorBase):
     def __init__(
         self, num_workers: int | None = None, *, max_retries: int = DEFAULT_MAX_RETRIES
     ) -> None:
+        # no start log: only a shared pool reports one, and it would grow with the corpus
         self._dispatcher = Dispatcher(num_workers or default_num_workers(),
-                                      max_retries=max_retries)
+                                      max_retries=max_retries, start_log_size=0)
         self._close = weakref.finalize(self, self._dispatcher.close)
         self._running = False
 
@@ -73,11 +74,16 @@ class LocalPool(ExecutorBase):
         self._running = True
         d = self._dispatcher
         run_id = d.open_run(spec_blob, timeout)
+        # Jobs are queued a window ahead of the workers, not all at once: the queue (each
+        # job pickled, with its bytes if it holds them) stays the same size for any corpus.
+        window = 2 * d.num_workers
+        sent = 0
         try:
-            for i, job in enumerate(jobs):
-                d.submit(run_id, i, job.module, wire.dumps(job))
             left = set(range(len(jobs)))
             while left:
+                while sent < len(jobs) and sent - (len(jobs) - len(left)) < window:
+                    d.submit(run_id, sent, jobs[sent].module, wire.dumps(jobs[sent]))
+                    sent += 1
                 d.dispatch()
                 for c in d.wait(cut.timeout(_WAIT_CAP_S)):
                     if c.run_id == run_id and c.index in left:

@@ -139,3 +139,8 @@ def cut_result(job_module: str) -> ModuleResult:
 
 def lost_result(job_module: str, attempts: int) -> ModuleResult:
     return ModuleResult(job_module, None, error=f"{LOST_ERROR} on each of {attempts} attempts")
+
+
+def unreadable_result(job: CompileJob, exc: OSError) -> ModuleResult:
+    """A job whose bitcode file cannot be read (e.g. removed since the run started)."""
+    return ModuleResult(job.module, None, error=f"cannot read bitcode {job.path}: {exc}")

@@ -27,6 +27,7 @@ from pymlgo.workers.protocol import (
     WorkSpec,
     cut_result,
     lost_result,
+    unreadable_result,
 )
 
 _WAIT_CAP_S = 5.0
@@ -197,7 +198,10 @@ class RayExecutor(ExecutorBase):
         self._ray.get([s.pid_ref for s in self._slots], timeout=timeout)
 
     def _job_ref(self, job: CompileJob) -> Any:
-        # hash(bytes) is cached on the object: free for a corpus loaded once
+        """The job with its bytes, in the object store (actors may be on nodes without the
+        corpus). A job that reads its file does so here, one job at a time, and its bytes
+        are kept only in the object store's bounded cache."""
+        job = job.loaded()
         key = (job.module, len(job.bitcode), hash(job.bitcode), job.cmd)
         ref = self._job_refs.get(key)
         if ref is None:
@@ -238,13 +242,20 @@ class RayExecutor(ExecutorBase):
         try:
             while left:
                 for slot in self._slots:
-                    if slot.busy is None and queue:
+                    while slot.busy is None and queue:
+                        i = queue.popleft()
+                        try:
+                            job_ref = self._job_ref(jobs[i])
+                        except OSError as exc:  # the driver cannot read it: nobody can
+                            left.discard(i)
+                            cut.record_done()
+                            yield unreadable_result(jobs[i], exc)
+                            continue
                         if key not in slot.specs:
                             slot.actor.set_spec.remote(key, spec_ref)
                             slot.specs.add(key)
-                        slot.busy = queue.popleft()
-                        ref = slot.actor.compile.remote(key, self._job_ref(jobs[slot.busy]))
-                        inflight[ref] = slot
+                        slot.busy = i
+                        inflight[slot.actor.compile.remote(key, job_ref)] = slot
                 ready, _ = ray.wait(list(inflight), num_returns=1,
                                     timeout=cut.timeout(_WAIT_CAP_S))
                 for ref in ready:

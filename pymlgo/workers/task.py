@@ -6,7 +6,7 @@ import functools
 
 from pymlgo.problems.base import CompileJob, ModuleResult
 from pymlgo.toolchain.compiler import Compiler, find_compiler
-from pymlgo.workers.protocol import WorkSpec
+from pymlgo.workers.protocol import WorkSpec, unreadable_result
 
 PROBLEMS = ("inlining", "regalloc")
 
@@ -18,6 +18,10 @@ def compiler_for(clang: str | None) -> Compiler:
 
 
 def execute(spec: WorkSpec, job: CompileJob) -> ModuleResult:
+    try:
+        job = job.loaded()  # read once here: the compile path may look at the bytes twice
+    except OSError as exc:
+        return unreadable_result(job, exc)
     compiler = compiler_for(spec.clang)
     if spec.problem == "inlining":
         from pymlgo.problems.inlining import compile as inl
