@@ -1,15 +1,17 @@
-"""Evaluate a corpus of many tiny modules and watch the host's memory: it must stay flat.
+"""Evaluate corpora of many tiny modules and watch memory: it must not grow with the count.
 
-Builds (once, cached under --work) a corpus of N distinct one-function C modules with the
+Builds (once, cached under --work) corpora of N distinct one-function C modules with the
 real bundled clang (one clang driver process per batch of files: -emit-llvm with LLVM
-passes disabled, i.e. the pre-optimization bitcode a corpus holds), loads it like every
-other command, then runs `evaluate` (baseline + `default` policy on the channel) on a local
-worker pool with a fresh baseline cache. Prints JSON: module count, time, failures, and
-the resident memory of the host process and of the workers sampled at every 10 % of the
-results, plus their peaks.
+passes disabled, i.e. the pre-optimization bitcode a corpus holds). Each size is then
+measured in a fresh process, as `mlgo eval` runs: start a local worker pool, load the
+corpus, make its jobs, `evaluate` (baseline + `default` policy on the channel) with a fresh
+baseline cache. A sampler thread reads the resident memory of the driver and of every
+worker from before the corpus is loaded to the end; the peaks are the kernel's high-water
+marks (VmHWM). Prints JSON: per size the time, failures and memory, and the slope of the
+peaks per 1,000 modules between the smallest and the largest size.
 
-    python benchmarks/many_modules.py                  # 10,000 modules
-    python benchmarks/many_modules.py --modules 1000 --workers 2
+    python benchmarks/many_modules.py                        # 1,000 and 10,000 modules
+    python benchmarks/many_modules.py --modules 500,2000 --workers 2
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -40,11 +43,15 @@ OVERRIDE = ["-cc1", "-triple", "x86_64-unknown-linux-gnu", "-emit-obj", "-Oz",
 BATCH = 400  # C files per clang driver process
 
 
-def rss_kib(pid: int | str = "self") -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
+def status_kib(pid: int | str, field: str) -> int:
+    """A memory field of /proc/PID/status in KiB (0 once the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
     return 0
 
 
@@ -79,59 +86,125 @@ def build_corpus(root: Path, n: int) -> Path:
     return corpus
 
 
+class Sampler(threading.Thread):
+    """Every `every_s`: the driver's RSS and the largest worker's, with a progress mark."""
+
+    def __init__(self, every_s: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.every_s = every_s
+        self.pool: LocalPool | None = None
+        self.phase = "start"
+        self.done = 0
+        self.samples: list[dict[str, object]] = []
+        self.worker_hwm_kib: dict[int, int] = {}
+        self._halt = threading.Event()
+        self._t0 = time.monotonic()
+
+    def sample(self) -> None:
+        workers = self.pool.worker_pids() if self.pool is not None else []
+        for pid in workers:  # a worker's own high-water mark, read while it is alive
+            self.worker_hwm_kib[pid] = max(self.worker_hwm_kib.get(pid, 0),
+                                           status_kib(pid, "VmHWM"))
+        self.samples.append({
+            "s": round(time.monotonic() - self._t0, 1), "phase": self.phase, "done": self.done,
+            "driver_rss_mib": round(status_kib("self", "VmRSS") / 1024, 1),
+            "max_worker_rss_mib": round(max((status_kib(p, "VmRSS") for p in workers),
+                                            default=0) / 1024, 1),
+        })
+
+    def run(self) -> None:
+        while not self._halt.wait(self.every_s):
+            self.sample()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+        self.sample()
+
+
+def measure(corpus_dir: Path, workers: int | None, work: Path) -> dict[str, object]:
+    """One size, in this (fresh) process: memory from before loading to the end."""
+    cache = Path(tempfile.mkdtemp(prefix="cache-", dir=work))
+    os.environ["MLGO_CACHE_DIR"] = str(cache)  # a fresh baseline cache: every module compiles
+    sampler = Sampler()
+    driver_before_kib = status_kib("self", "VmRSS")
+    sampler.sample()
+    sampler.start()
+    started = time.monotonic()
+    try:
+        with LocalPool(workers) as pool:
+            pool.wait_ready()
+            sampler.pool = pool
+            sampler.phase = "load"
+            jobs = corpus_jobs(load_corpus(corpus_dir))
+            sampler.phase = "eval"
+
+            def on_result(res: ModuleResult) -> None:
+                sampler.done += 1
+
+            report = evaluate(pool, find_compiler(None), jobs, builtin_policy("default"),
+                              spec=WorkSpec(), on_result=on_result)
+            sampler.phase = "end"
+            sampler.stop()  # the last sample, with the workers still alive
+            num_workers = pool.num_workers
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    seconds = time.monotonic() - started
+    return {
+        "modules": len(jobs),
+        "compiles": 2 * len(jobs),
+        "results_seen": sampler.done,
+        "workers": num_workers,
+        "seconds": round(seconds, 1),
+        "compiles_per_s": round(2 * len(jobs) / seconds, 1),
+        "failed_modules": len(report.modules) - len(report.ok_modules),
+        "decisions": sum(m.decisions for m in report.modules),
+        "driver_rss_mib_before_load": round(driver_before_kib / 1024, 1),
+        "driver_peak_rss_mib": round(status_kib("self", "VmHWM") / 1024, 1),
+        "worker_peak_rss_mib": round(max(sampler.worker_hwm_kib.values(), default=0) / 1024, 1),
+        "samples": sampler.samples[:: max(1, len(sampler.samples) // 40)],
+    }
+
+
+def slope(runs: list[dict[str, object]], key: str) -> float:
+    """MiB of peak per 1,000 more modules, smallest size to largest."""
+    a, b = runs[0], runs[-1]
+    extra = int(b["modules"]) - int(a["modules"])  # type: ignore[call-overload]
+    rise = float(b[key]) - float(a[key])  # type: ignore[arg-type]
+    return round(rise / extra * 1000, 3) if extra else 0.0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--modules", type=int, default=10_000)
+    ap.add_argument("--modules", default="1000,10000",
+                    help="comma-separated corpus sizes (default: 1000,10000)")
     ap.add_argument("--workers", type=int, default=None, help="default: all cores")
     ap.add_argument("--work", type=Path,
                     default=Path(tempfile.gettempdir()) / "mlgo-bench-many-modules")
+    ap.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    corpus_dir = build_corpus(args.work, args.modules)
-
-    rss_start = rss_kib()
-    corpus = load_corpus(corpus_dir)
-    jobs = corpus_jobs(corpus)
-    rss_loaded = rss_kib()
-    cache = tempfile.mkdtemp(prefix="cache-", dir=args.work)
-    os.environ["MLGO_CACHE_DIR"] = cache  # a fresh baseline cache: every module compiles
-    total = 2 * len(jobs)
-    samples: list[dict[str, float]] = []
-    done = 0
-    started = time.monotonic()
-    with LocalPool(args.workers) as pool:
-        pool.wait_ready()
-        worker_peak = 0
-
-        def on_result(res: ModuleResult) -> None:
-            nonlocal done, worker_peak
-            done += 1
-            if done % max(1, total // 10) == 0 or done == total:
-                workers = [rss_kib(p) for p in pool.worker_pids()]
-                worker_peak = max([worker_peak, *workers])
-                samples.append({"done": done, "host_rss_mib": rss_kib() / 1024,
-                                "max_worker_rss_mib": max(workers, default=0) / 1024,
-                                "seconds": round(time.monotonic() - started, 1)})
-
-        report = evaluate(pool, find_compiler(None), jobs, builtin_policy("default"),
-                          spec=WorkSpec(), on_result=on_result)
-    seconds = time.monotonic() - started
-    host = [s["host_rss_mib"] for s in samples]
+    if args.measure is not None:  # the child process of one size
+        print(json.dumps(measure(args.measure, args.workers, args.work)))
+        return
+    sizes = sorted({int(n) for n in args.modules.split(",")})
+    runs = []
+    for n in sizes:
+        corpus_dir = build_corpus(args.work, n)
+        cmd = [sys.executable, __file__, "--measure", str(corpus_dir), "--work", str(args.work)]
+        if args.workers:
+            cmd += ["--workers", str(args.workers)]
+        out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+        runs.append(json.loads(out))
+        print(f"{n} modules: {json.dumps({k: v for k, v in runs[-1].items() if k != 'samples'})}",
+              file=sys.stderr)
     print(json.dumps({
-        "modules": len(jobs),
-        "compiles": total,
-        "workers": pool.num_workers,
-        "seconds": round(seconds, 1),
-        "compiles_per_s": round(total / seconds, 1),
-        "failed_modules": len(report.modules) - len(report.ok_modules),
-        "decisions": sum(m.decisions for m in report.modules),
-        "host_rss_mib_at_start": round(rss_start / 1024, 1),
-        "host_rss_mib_after_load": round(rss_loaded / 1024, 1),
-        "host_rss_mib_samples": [round(h, 1) for h in host],
-        "host_rss_growth_first_to_last_sample_mib": round(host[-1] - host[0], 1),
-        "host_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "worker_peak_rss_mib": round(worker_peak / 1024, 1),
-        "samples": samples,
+        "sizes": sizes,
+        "driver_peak_rss_mib": [r["driver_peak_rss_mib"] for r in runs],
+        "worker_peak_rss_mib": [r["worker_peak_rss_mib"] for r in runs],
+        "driver_peak_mib_per_1000_modules": slope(runs, "driver_peak_rss_mib"),
+        "worker_peak_mib_per_1000_modules": slope(runs, "worker_peak_rss_mib"),
+        "runs": runs,
     }, indent=2))
 
 
