@@ -12,15 +12,18 @@ import os
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from pymlgo.corpus.allowlist import unsafe_flags
 from pymlgo.corpus.command import format_cmd
 from pymlgo.corpus.format import DESCRIPTION_FILE, CorpusError, check_module_name, load_corpus
+from tests.fuzz_watchdog import hang_guard
 
 FAST = settings(max_examples=300, deadline=3000,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+GUARD_S = 15.0  # per example (hang_guard): a loaded CI machine stays far below it
 
 CC1 = ("-cc1", "-triple", "x86_64-unknown-linux-gnu", "-emit-obj", "-Oz")
 
@@ -131,6 +134,7 @@ def write(root: Path, spec: dict) -> None:
 
 @FAST
 @given(corpora)
+@hang_guard(GUARD_S)
 def test_any_corpus_on_disk_loads_validly_or_raises_corpus_error(spec: dict) -> None:
     with TemporaryDirectory(prefix="mlgo-fuzz-") as tmp:
         root = Path(tmp)
@@ -160,6 +164,7 @@ def test_any_corpus_on_disk_loads_validly_or_raises_corpus_error(spec: dict) -> 
 
 @settings(FAST, max_examples=200)
 @given(st.binary(max_size=200))
+@hang_guard(GUARD_S)
 def test_a_cmd_file_of_random_bytes_loads_only_if_it_is_an_allowed_cc1_command(
     raw: bytes,
 ) -> None:
@@ -177,20 +182,18 @@ def test_a_cmd_file_of_random_bytes_loads_only_if_it_is_an_allowed_cc1_command(
         assert format_cmd(cmd) == b"".join(f + b"\0" for f in raw.split(b"\0") if f)
 
 
+@hang_guard(GUARD_S)  # the loader must never open the FIFO: that open would block
 def test_unreadable_and_odd_files_end_in_corpus_error(tmp_path: Path) -> None:
     """A description that is a directory, a FIFO in place of .bc, a name too long."""
     (tmp_path / DESCRIPTION_FILE).mkdir()
-    try:
+    with pytest.raises(CorpusError) as refused:
         load_corpus(tmp_path)
-    except CorpusError as exc:
-        assert "no corpus_description.json" in str(exc)
+    assert "no corpus_description.json" in str(refused.value)
     os.rmdir(tmp_path / DESCRIPTION_FILE)
     (tmp_path / DESCRIPTION_FILE).write_text(json.dumps({"modules": ["m.o", "a" * 400]}))
     os.mkfifo(tmp_path / "m.o.bc")
     (tmp_path / "m.o.cmd").write_bytes(format_cmd(CC1))
-    try:
+    with pytest.raises(CorpusError) as refused:  # not loaded: its .bc is a FIFO
         load_corpus(tmp_path)
-    except CorpusError as exc:
-        assert "m.o: missing m.o.bc" in str(exc) and "File name too long" in str(exc)
-    else:
-        raise AssertionError("loaded a corpus whose .bc is a FIFO")
+    assert "m.o: missing m.o.bc" in str(refused.value)
+    assert "File name too long" in str(refused.value)

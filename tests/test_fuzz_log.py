@@ -30,9 +30,11 @@ from pymlgo.protocol.log import (
     read_records,
 )
 from pymlgo.protocol.tensor_spec import C_TYPES, TensorSpec
+from tests.fuzz_watchdog import hang_guard
 
 FAST = settings(max_examples=400, deadline=2000,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+GUARD_S = 10.0  # per example (hang_guard): readers take milliseconds; a hang fails here
 
 names = st.text(st.characters(codec="utf-8", exclude_characters="\n"), max_size=12)
 specs = st.builds(
@@ -149,6 +151,7 @@ def parse_or_error(data: bytes, sizes: list[int] | None = None) -> list[Event] |
 
 @FAST
 @given(logs(), st.lists(st.integers(1, 7), max_size=5))
+@hang_guard(GUARD_S)
 def test_a_valid_log_reads_back_exactly_in_any_chunking(
     log: tuple[bytes, list[Event]], sizes: list[int]
 ) -> None:
@@ -160,6 +163,7 @@ def test_a_valid_log_reads_back_exactly_in_any_chunking(
 
 @FAST
 @given(logs(), st.data())
+@hang_guard(GUARD_S)
 def test_a_truncated_log_is_refused_unless_cut_between_events(
     log: tuple[bytes, list[Event]], data: st.DataObject
 ) -> None:
@@ -212,6 +216,7 @@ def mutate(raw: bytes, ops: list[tuple]) -> bytes:
 @FAST
 @given(logs(), st.lists(mutations, min_size=1, max_size=4), st.lists(st.integers(1, 9),
                                                                     max_size=3))
+@hang_guard(GUARD_S)
 def test_a_mutated_log_is_refused_or_reads_consistently(
     log: tuple[bytes, list[Event]], ops: list[tuple], sizes: list[int]
 ) -> None:
@@ -227,6 +232,7 @@ def test_a_mutated_log_is_refused_or_reads_consistently(
 
 @FAST
 @given(st.binary(max_size=300))
+@hang_guard(GUARD_S)
 def test_random_bytes_are_refused_or_read_consistently(data: bytes) -> None:
     event("refused" if parse_or_error(data) is None else "read")
     with contextlib.suppress(LogFormatError):
@@ -247,6 +253,7 @@ json_events = st.dictionaries(
 
 @settings(FAST, max_examples=250)
 @given(st.lists(json_events | json_values, min_size=1, max_size=4))
+@hang_guard(GUARD_S)
 def test_arbitrary_json_lines_are_refused_or_read_consistently(lines: list[object]) -> None:
     import json
 
@@ -254,6 +261,7 @@ def test_arbitrary_json_lines_are_refused_or_read_consistently(lines: list[objec
     event("refused" if parse_or_error(data) is None else "read")
 
 
+@hang_guard(GUARD_S)
 def test_pathological_lines_end_in_a_format_error() -> None:
     """Deep nesting (json recursion), a line past the size cap, huge claimed tensors."""
     for data in (
@@ -273,6 +281,7 @@ def test_pathological_lines_end_in_a_format_error() -> None:
 
 CHANNEL = settings(max_examples=150, deadline=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+CHANNEL_GUARD_S = 20.0  # a session's reads time out at 0.25 s; the peer thread joins in 10
 
 
 def run_peer(base: Path, payload: bytes, hold_open: bool, done: threading.Event) -> None:
@@ -305,6 +314,7 @@ channel_logs = logs().filter(lambda log: isinstance(log[1][0], Header))
 
 @CHANNEL
 @given(channel_logs, st.lists(mutations, max_size=3), st.booleans())
+@hang_guard(CHANNEL_GUARD_S)
 def test_the_channel_host_ends_in_a_session_or_a_channel_error_never_a_hang(
     log: tuple[bytes, list[Event]], ops: list[tuple], hold_open: bool
 ) -> None:
