@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from pymlgo.evaluate.eval import evaluate
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.protocol.features import FeatureMismatchError
 from pymlgo.workers import CUT_ERROR, LOST_ERROR, WorkSpec, make_executor
@@ -93,6 +95,35 @@ def test_a_worker_killed_mid_compile_has_its_job_retried_elsewhere(pool, worker_
     assert outcome(results) == reference["default"]  # none lost, none twice
     assert pool.stats()["retries"] >= 1 and pid not in pool.worker_pids()
     assert len(pool.worker_pids()) == 2 and all(map(is_running, pool.worker_pids()))
+
+
+def test_a_worker_killed_during_an_evaluation_leaves_every_module_exactly_one_result(
+    pool, worker_jobs, compiler, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("MLGO_CACHE_DIR", str(tmp_path / "undisturbed"))
+    undisturbed = evaluate(pool, compiler, worker_jobs, builtin_policy("default"))
+    monkeypatch.setenv("MLGO_CACHE_DIR", str(tmp_path / "disturbed"))  # baselines compile too
+    seen: Counter[str] = Counter()
+    killed: list[int] = []
+
+    def kill_at_first_policy_result(res) -> None:  # type: ignore[no-untyped-def]
+        seen[res.module] += 1
+        if sum(seen.values()) == len(worker_jobs) + 1:  # the baselines are all in
+            pid = next(iter(pool.busy()))  # compiling, paused on the channel
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    # every policy compile pauses 0.5 s on the channel: the kill lands mid-compile
+    disturbed = evaluate(pool, compiler, worker_jobs,
+                         SlowPolicy(builtin_policy("default"), 0.5),
+                         on_result=kill_at_first_policy_result)
+    assert killed and killed[0] not in pool.worker_pids() and pool.stats()["retries"] >= 1
+    # one baseline and one policy result per module: none lost, none twice
+    assert seen == {j.module: 2 for j in worker_jobs}
+    assert [m.name for m in disturbed.modules] == sorted(j.module for j in worker_jobs)
+    assert disturbed.ok_modules == disturbed.modules == undisturbed.modules
+    assert (disturbed.baseline_total, disturbed.policy_total) == (
+        undisturbed.baseline_total, undisturbed.policy_total)
 
 
 def test_a_job_that_keeps_killing_workers_ends_as_an_error_after_bounded_retries(

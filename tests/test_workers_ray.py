@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import signal
 import socket
@@ -14,12 +16,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pymlgo.cli.main import main as mlgo
+from pymlgo.corpus.format import load_corpus
+from pymlgo.evaluate.eval import corpus_jobs, evaluate
+from pymlgo.policy.store import load_policy
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.workers import CUT_ERROR, LOST_ERROR, WorkSpec, make_executor
 from pymlgo.workers.local import LocalPool
 from pymlgo.workers.ray_backend import RayExecutor
 from pymlgo.workers.testing import CrashPolicy, SlowPolicy
-from tests.workers_support import POLICIES, outcome, processes_mentioning, spec_for, wait_until
+from tests.workers_support import (
+    POLICIES,
+    outcome,
+    processes_mentioning,
+    spec_for,
+    wait_until,
+    write_corpus,
+)
 
 pytest_plugins = ("tests.workers_fixtures",)  # fixtures: worker_jobs, reference
 
@@ -155,6 +168,56 @@ def test_ray_results_equal_the_local_pool_byte_for_byte(ray_ex, local_pool, work
         assert (r.trajectory is None) == (local[module].trajectory is None)
         if r.trajectory is not None:
             assert np.array_equal(r.trajectory.advice, local[module].trajectory.advice)
+
+
+# Fields of `mlgo eval --json` that may differ between two runs of one evaluation: none.
+# The report holds no timings, and its "compiler" is the driver's (the same binary for
+# both runs), not the workers'. A run-specific field added later is named here.
+RUN_SPECIFIC_FIELDS: tuple[str, ...] = ()
+
+
+def comparable(report_text: str) -> str:
+    report = json.loads(report_text)
+    for field in RUN_SPECIFIC_FIELDS:
+        report.pop(field)
+    return json.dumps(report, indent=2)
+
+
+def test_the_eval_report_on_ray_equals_mlgo_eval_on_the_local_pool_byte_for_byte(
+    ray_ex, compiler, worker_jobs, tmp_path, monkeypatch
+):
+    corpus = write_corpus(tmp_path / "corpus", worker_jobs)
+    policy = "random:0.5:3"  # the most decisions that differ from clang's own
+    monkeypatch.setenv("MLGO_CACHE_DIR", str(tmp_path / "cache-local"))
+    local_json = tmp_path / "local.json"
+    assert mlgo(["eval", "--corpus", str(corpus), "--policy", policy, "--workers", "2",
+                 "--json", str(local_json)]) == 0
+    # on Ray, as `mlgo eval --cluster ray://...` runs it (the CLI would start actors of its
+    # own; the module's executor holds the cluster's CPUs): jobs that read their files,
+    # shipped as bytes; the baselines computed there too, not taken from the local cache
+    monkeypatch.setenv("MLGO_CACHE_DIR", str(tmp_path / "cache-ray"))
+    report = evaluate(ray_ex, compiler, corpus_jobs(load_corpus(corpus)),
+                      load_policy(policy, problem="inlining", seed=0))
+    ray_text = json.dumps(report.to_json(), indent=2) + "\n"  # as the CLI writes it
+    local_text = local_json.read_text()
+    assert json.loads(local_text)["total"]["policy_bytes"] > 0
+    assert len(report.ok_modules) == len(worker_jobs)
+    assert comparable(ray_text) == comparable(local_text)
+    assert not RUN_SPECIFIC_FIELDS and ray_text == local_text
+
+
+def test_jobs_that_read_their_files_reach_actors_as_bytes(ray_ex, worker_jobs, tmp_path):
+    import ray
+
+    corpus = write_corpus(tmp_path / "corpus", worker_jobs[:1])
+    (job,) = corpus_jobs(load_corpus(corpus))
+    assert job.data is None
+    shipped = ray.get(ray_ex._job_ref(job))
+    assert shipped.path is None and shipped.data == job.bitcode
+    # a file the driver cannot read is that module's error; the run goes on
+    gone = dataclasses.replace(job, module="gone", path=tmp_path / "gone.bc")
+    results = {r.module: r for r in ray_ex.run(spec_for("never"), [gone, job])}
+    assert "cannot read bitcode" in (results["gone"].error or "") and results[job.module].ok
 
 
 def test_an_actor_killed_mid_compile_has_its_job_retried(ray_ex, ray_cluster, worker_jobs,
