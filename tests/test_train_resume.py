@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import random
 import re
 import signal
@@ -80,6 +81,45 @@ def test_a_run_leaves_checkpoint_best_final_scalars_and_tensorboard(uninterrupte
     best = load_policy_dir(out / "best")
     assert best.hyperparameters["iteration"] == best_row["iteration"]
     assert load_policy_dir(out / "final").hyperparameters["iteration"] == ITERATIONS
+
+
+# the tags the trainer documents for every iteration (pymlgo/train/trainer.py)
+ITERATION_TAGS = ("reward/train", "size_change/train", "size_change/validation",
+                  "size_change/validation_best", "compiles", "failures",
+                  "decisions_per_second", "time/iteration_seconds")
+
+
+def test_tensorboard_events_hold_the_documented_scalars_with_sane_values(uninterrupted):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from pymlgo.train.trainer import SETUP_FILE
+
+    events = EventAccumulator(str(uninterrupted / "tensorboard"))
+    events.Reload()
+    assert set(ITERATION_TAGS) | {"bc/accuracy_train", "ppo/loss"} <= set(
+        events.Tags()["scalars"])
+    value = {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in ITERATION_TAGS}
+    iterations = list(range(1, ITERATIONS + 1))
+    assert sorted(value["size_change/validation"]) == [0, *iterations]
+    assert all(sorted(value[tag]) == iterations for tag in ITERATION_TAGS
+               if tag != "size_change/validation")
+    validation = len(pickle.loads((uninterrupted / SETUP_FILE).read_bytes()).split.validation)
+    for it in iterations:
+        # 4 modules x 2 samples to learn from, and every validation module
+        assert value["compiles"][it] == 4 * 2 + validation
+        assert value["failures"][it] == 0
+        assert 10 < value["decisions_per_second"][it] < 1e6
+        assert 0 < value["time/iteration_seconds"][it] < 600
+        assert abs(value["size_change/train"][it]) < 0.5
+        assert value["reward/train"][it] == pytest.approx(-value["size_change/train"][it],
+                                                          abs=0.2)
+        assert value["size_change/validation_best"][it] == min(
+            v for step, v in value["size_change/validation"].items() if step <= it)
+    # and the same numbers as scalars.jsonl (event files hold float32)
+    rows = [json.loads(ln) for ln in (uninterrupted / "scalars.jsonl").read_text().splitlines()]
+    for row in rows[1:]:
+        for tag in ITERATION_TAGS:
+            assert value[tag][row["iteration"]] == pytest.approx(row[tag], rel=1e-6)
 
 
 def test_two_runs_with_one_seed_give_identical_policy_bytes(tiny, uninterrupted, tmp_path):

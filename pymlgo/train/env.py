@@ -86,6 +86,10 @@ class RunStats:
     decisions: int = 0
     seconds: float = 0.0
 
+    def __add__(self, other: RunStats) -> RunStats:
+        return RunStats(self.compiles + other.compiles, self.failures + other.failures,
+                        self.decisions + other.decisions, self.seconds + other.seconds)
+
     def as_scalars(self) -> dict[str, float]:
         return {
             "compiles": float(self.compiles),

@@ -12,8 +12,8 @@ Output directory layout:
   `reward/train` (mean 1 - size/-Oz size of its training compiles), `size_change/train`,
   `size_change/validation` (total .text vs -Oz; for bc, which compiles nothing to learn,
   both only on iterations that validate, see `eval_every`),
-  `size_change/validation_best`, `compiles`, `failures`, `decisions_per_second`,
-  `time/iteration_seconds`,
+  `size_change/validation_best`, `compiles`, `failures` and `decisions_per_second` (over
+  every compile of the iteration: training and validation), `time/iteration_seconds`,
   and the algorithm's own (`bc/...`, `ppo/...`, `es/...`, `dqn/...`); iteration 0 holds
   the starting policy's validation size and the bc warm start's scalars;
 - `ir2native-model.json` — with `partial_rewards = "ir2native"` and no model given: the
@@ -519,6 +519,9 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
             algo.load_state_dict(checkpoint["algo"])
             iteration, elapsed = checkpoint["iteration"], checkpoint["elapsed"]
             best_it, best_change, best_policy = checkpoint["best"]
+            # provenance as this run's: a budget raised on resume must not leave the old
+            # one in best/ (an uninterrupted run with this budget would not have it)
+            best_policy = _stamp(best_policy, config, best_it)
             last_change, last_eval = checkpoint["last_validation"]
             resumed_from: int | None = iteration
             say(f"resuming {out} at iteration {iteration + 1}")
@@ -558,9 +561,8 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                     break
                 t0 = time.monotonic()
                 iteration += 1
-                env.stats = RunStats()
+                env.stats, val_env.stats = RunStats(), RunStats()
                 scalars = algo.iterate(env, iteration)
-                scalars |= env.stats.as_scalars()
                 final_due = max_it is not None and iteration == max_it
                 if iteration % config.eval_every == 0 or final_due:
                     policy = _stamp(algo.policy(), config, iteration)
@@ -574,6 +576,8 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                     if last_change < best_change:
                         best_it, best_change, best_policy = iteration, last_change, policy
                         save_policy_dir(best_policy, out / BEST_DIR)
+                # every compile of the iteration: training, validation, bc's size check
+                scalars |= (env.stats + val_env.stats).as_scalars()
                 scalars["size_change/validation_best"] = best_change
                 scalars["time/iteration_seconds"] = time.monotonic() - t0
                 log.write(iteration, scalars)
