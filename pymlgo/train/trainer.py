@@ -26,6 +26,7 @@ iteration with the saved state, and ends with the bytes an uninterrupted run wou
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import pickle
@@ -145,6 +146,38 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+# A write that fails for want of space (or quota, or the file-size limit) is the user's to
+# fix, not a bug: say so on one line, and that re-running resumes.
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+class DiskFullError(TrainError):
+    """A checkpoint, policy or log could not be written: no space left."""
+
+
+@contextlib.contextmanager
+def _writing_to(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _DISK_FULL:
+            raise
+        raise DiskFullError(
+            f"cannot write {path}: {exc.strerror or exc} (disk full, over quota or over the "
+            f"file-size limit); everything written before, the last checkpoint included, is "
+            f"intact: free space and run the same command again to resume") from exc
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    with _writing_to(path):
+        _atomic_write_bytes(path, data)
+
+
+def _save_policy(policy: InliningPolicy, directory: Path) -> None:
+    with _writing_to(directory):
+        save_policy_dir(policy, directory)
+
+
 def _load_pickle(path: Path) -> Any | None:
     if not path.is_file():
         return None
@@ -175,9 +208,9 @@ class ScalarLog:
     def __init__(self, directory: Path, resume_after: int, tensorboard: bool) -> None:
         self.path = directory / SCALARS_FILE
         if self.path.exists():
-            kept = [ln for ln in self.path.read_text().splitlines()
-                    if ln.strip() and json.loads(ln)["iteration"] <= resume_after]
-            _atomic_write_bytes(self.path, "".join(ln + "\n" for ln in kept).encode())
+            kept = [json.dumps(row) for row in _parse_scalars(self.path)
+                    if row["iteration"] <= resume_after]
+            _write_atomic(self.path, "".join(ln + "\n" for ln in kept).encode())
         self.writer: Any = None
         self.note = f"scalars: {self.path}"
         if tensorboard:
@@ -207,9 +240,17 @@ class ScalarLog:
 
 def read_scalars(output_dir: Path) -> list[dict[str, float]]:
     path = Path(output_dir) / SCALARS_FILE
-    if not path.is_file():
-        return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    return _parse_scalars(path) if path.is_file() else []
+
+
+def _parse_scalars(path: Path) -> list[dict[str, float]]:
+    rows = []
+    for ln in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(ln))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash or a full disk; its checkpoint never came
+    return rows
 
 
 # --- setup ------------------------------------------------------------------------------
@@ -460,9 +501,11 @@ def train(
     fresh_setup = not (out / SETUP_FILE).is_file()
     sources = _load_sources(config, corpus, compiler) if fresh_setup else None
     created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    with _writing_to(out):
+        out.mkdir(parents=True, exist_ok=True)
     try:
-        return _train(config, corpus, out, options, executor, compiler, sources)
+        with _writing_to(out):  # disk full anywhere else: tensorboard, caches, scalars
+            return _train(config, corpus, out, options, executor, compiler, sources)
     except BaseException:
         if created and not any(out.iterdir()):  # failed before writing anything
             out.rmdir()
@@ -507,7 +550,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
         if setup is None:
             setup = prepare(config, corpus, ex, compiler, spec, say,
                             sources or _load_sources(config, corpus, compiler))
-            _atomic_write_bytes(out / SETUP_FILE, pickle.dumps(setup, protocol=5))
+            _write_atomic(out / SETUP_FILE, pickle.dumps(setup, protocol=5))
         env, val_env, val_names = make_envs(setup, corpus, ex, spec, config.sample_by)
         shaper = None
         if config.partial_rewards == "ir2native":
@@ -534,7 +577,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
         say(log.note)
         if checkpoint is None:
             log.write(0, {"size_change/validation": best_change, **setup.warmstart_scalars})
-        save_policy_dir(best_policy, out / BEST_DIR)
+        _save_policy(best_policy, out / BEST_DIR)
 
         def save_checkpoint() -> None:
             state = {"format": CHECKPOINT_FORMAT, "config": config.identity(),
@@ -542,7 +585,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                      "elapsed": elapsed + time.monotonic() - started,
                      "algo": algo.state_dict(), "best": (best_it, best_change, best_policy),
                      "last_validation": (last_change, last_eval)}
-            _atomic_write_bytes(out / CHECKPOINT_FILE, pickle.dumps(state, protocol=5))
+            _write_atomic(out / CHECKPOINT_FILE, pickle.dumps(state, protocol=5))
 
         if checkpoint is None:
             save_checkpoint()
@@ -575,7 +618,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                                                                  if e.ok] or [0.0]))
                     if last_change < best_change:
                         best_it, best_change, best_policy = iteration, last_change, policy
-                        save_policy_dir(best_policy, out / BEST_DIR)
+                        _save_policy(best_policy, out / BEST_DIR)
                 # every compile of the iteration: training, validation, bc's size check
                 scalars |= (env.stats + val_env.stats).as_scalars()
                 scalars["size_change/validation_best"] = best_change
@@ -592,13 +635,13 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                 last_change, last_eval = val_env.evaluate(policy, val_names), iteration
                 if last_change < best_change:
                     best_it, best_change, best_policy = iteration, last_change, policy
-                    save_policy_dir(best_policy, out / BEST_DIR)
+                    _save_policy(best_policy, out / BEST_DIR)
                 save_checkpoint()
         finally:
             if bar is not None:
                 bar.close()
             log.close()
-        save_policy_dir(_stamp(algo.policy(), config, iteration), out / FINAL_DIR)
+        _save_policy(_stamp(algo.policy(), config, iteration), out / FINAL_DIR)
     total = elapsed + time.monotonic() - started
     say(f"{iteration} iterations, {total / 60:.1f} min; best: iteration {best_it}, "
         f"validation {best_change:+.2%} vs -Oz ({out / BEST_DIR})")
