@@ -40,21 +40,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=run_dataset)
 
     t = cmds.add_parser(
-        "train", help="fit the model; report MAE and R2 on held-out packages",
+        "train", help="fit the model; report MAE and R2 on held-out packages or modules",
         description=(
-            "Measure on held-out packages (leave-one-package-out unless --heldout is given) "
-            "against the instruction-count baseline, then fit on every package not held "
-            "out and write the model."
+            "Measure on held-out packages (leave-one-package-out) or modules (--split "
+            "module: seeded folds of modules), or on the --heldout ones only, against the "
+            "instruction-count baseline; then fit on everything not held out by --heldout "
+            "and write the model."
         ),
     )
     t.add_argument("--dataset", type=Path, required=True, metavar="FILE",
                    help="data set from `mlgo ir2native dataset`")
     t.add_argument("--output", type=Path, default=None, metavar="FILE",
                    help="write the fitted model here (JSON)")
-    t.add_argument("--heldout", default=None, metavar="PKG[,PKG...]",
-                   help="packages to hold out (default: each package in turn)")
-    t.add_argument("--l2", type=float, default=100.0,
-                   help="ridge penalty of the multiplicative part (default: 100)")
+    t.add_argument("--split", choices=("package", "module"), default="package",
+                   help="unit held out: whole packages (default) or whole modules")
+    t.add_argument("--heldout", default=None, metavar="NAME[,NAME...]",
+                   help="packages (or modules, with --split module) to hold out (default: "
+                        "each package in turn, or --folds folds of modules)")
+    t.add_argument("--folds", type=int, default=5, metavar="K",
+                   help="--split module without --heldout: number of module folds "
+                        "(default: 5)")
+    t.add_argument("--seed", type=int, default=0,
+                   help="--split module: seed of the module shuffle (default: 0)")
+    t.add_argument("--l2", type=float, default=None,
+                   help="ridge penalty of the multiplicative part (default: chosen per fit "
+                        "by cross-validation over the training modules)")
     t.add_argument("--json", type=Path, default=None, metavar="OUT",
                    help="also write the evaluation as JSON")
     t.set_defaults(func=run_train)
@@ -105,11 +115,15 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         ds = load_dataset(args.dataset)
         packages = sorted({r.package for r in ds.rows})
-        if heldout is None and len(packages) < 2:
+        if heldout is None and args.split == "package" and len(packages) < 2:
             raise ValueError(f"held-out evaluation needs at least two packages; the data set "
                              f"has {', '.join(packages) or 'none'}")
-        ev = evaluate_heldout(ds, None if heldout is None else [heldout], l2=args.l2)
-        model = fit(ds, exclude_packages=heldout or (), l2=args.l2)
+        ev = evaluate_heldout(ds, None if heldout is None else [heldout], l2=args.l2,
+                              split=args.split, folds=args.folds, seed=args.seed)
+        excluded = heldout or ()
+        model = fit(ds, l2=args.l2,
+                    exclude_packages=excluded if args.split == "package" else (),
+                    exclude_modules=excluded if args.split == "module" else ())
     except ValueError as exc:
         print(f"mlgo ir2native train: {exc}", file=sys.stderr)
         return 2
