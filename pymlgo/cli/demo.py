@@ -6,10 +6,18 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymlgo.cli import common
+
+if TYPE_CHECKING:  # `mlgo --help` should not import the trainer
+    from pymlgo.corpus.format import Corpus
+    from pymlgo.evaluate.eval import EvalReport
+    from pymlgo.toolchain.compiler import Compiler
+    from pymlgo.train.config import TrainConfig
+    from pymlgo.train.trainer import RunOptions, TrainResult
 
 DEFAULT_OUTPUT = Path("mlgo-demo")
 DEFAULT_MINUTES = 4.0
@@ -56,44 +64,51 @@ def demo_config(algo: str, seed: int, minutes: float) -> Any:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from pymlgo.corpus.demo import ensure_demo_corpus
-    from pymlgo.corpus.format import CorpusError, load_corpus
-    from pymlgo.evaluate.eval import corpus_jobs, evaluate
-    from pymlgo.evaluate.report import SplitResult, write_report
-    from pymlgo.policy.store import load_policy_dir
-    from pymlgo.toolchain.compiler import CompilerError, find_compiler
-    from pymlgo.train.config import ConfigError
-    from pymlgo.train.trainer import RunOptions, TrainError, read_scalars, train
-    from pymlgo.workers import ExecutorError, WorkSpec, make_executor
+@dataclass(frozen=True)
+class DemoOutcome:
+    """A finished demo run: the training run and its best policy on held-out and training
+    modules."""
 
-    started = time.monotonic()
-    out: Path = args.output_dir
-    try:
-        compiler = find_compiler(args.clang)
-        corpus = load_corpus(ensure_demo_corpus())
-        config = demo_config(args.algo, args.seed, args.minutes)
-        workers = common.default_workers(args.workers) if args.cluster is None else args.workers
-        options = RunOptions(workers=workers, cluster=args.cluster, clang=args.clang,
-                             timeout=args.timeout)
-        with make_executor(args.cluster, workers) as executor:
-            result = train(config, corpus, out / "train", options=options, executor=executor)
-            policy = load_policy_dir(result.best_dir)
-            spec = WorkSpec(clang=None if compiler.bundled else str(compiler.path),
-                            timeout=args.timeout)
-            print("mlgo demo: evaluating the best policy on held-out and training modules",
-                  file=sys.stderr, flush=True)
-            heldout = evaluate(executor, compiler, corpus_jobs(corpus, result.split.heldout),
-                               policy, spec=spec)
-            trained = evaluate(executor, compiler, corpus_jobs(corpus, result.split.train),
-                               policy, spec=spec)
-    except (ConfigError, TrainError, CorpusError, CompilerError, ExecutorError, OSError,
-            ValueError) as exc:
-        print(f"mlgo demo: {exc}", file=sys.stderr)
-        return 2
+    result: TrainResult
+    heldout: EvalReport
+    trained: EvalReport
+
+
+def train_and_evaluate(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
+                       compiler: Compiler) -> DemoOutcome:
+    """Train into `out/train` (or reuse/resume it), then compile the held-out and the
+    training modules with the best policy."""
+    from pymlgo.evaluate.eval import corpus_jobs, evaluate
+    from pymlgo.policy.store import load_policy_dir
+    from pymlgo.train.trainer import train
+    from pymlgo.workers import WorkSpec, make_executor
+
+    with make_executor(options.cluster, options.workers) as executor:
+        result = train(config, corpus, out / "train", options=options, executor=executor)
+        policy = load_policy_dir(result.best_dir)
+        spec = WorkSpec(clang=None if compiler.bundled else str(compiler.path),
+                        timeout=options.timeout)
+        print("mlgo demo: evaluating the best policy on held-out and training modules",
+              file=sys.stderr, flush=True)
+        heldout = evaluate(executor, compiler, corpus_jobs(corpus, result.split.heldout),
+                           policy, spec=spec)
+        trained = evaluate(executor, compiler, corpus_jobs(corpus, result.split.train),
+                           policy, spec=spec)
+    return DemoOutcome(result, heldout, trained)
+
+
+def write_demo_report(out: Path, outcome: DemoOutcome, *, corpus_label: str, corpus: Corpus,
+                      config: TrainConfig, compiler: Compiler, command: str,
+                      started: float) -> int:
+    """report.md, the PNG plot and report.json in `out`; prints the headline. Exit code:
+    0 if any held-out module compiled."""
+    from pymlgo.evaluate.report import SplitResult, write_report
+    from pymlgo.train.trainer import read_scalars
+
+    result, heldout, trained = outcome.result, outcome.heldout, outcome.trained
     results = [SplitResult("held-out", heldout), SplitResult("training", trained)]
     details = {
-        "corpus": f"demo (zstd, brotli, lz4): {len(corpus)} modules, split by module "
+        "corpus": f"{corpus_label}: {len(corpus)} modules, split by {config.split.by} "
                   f"(train {len(result.split.train)}, validation {len(result.split.validation)},"
                   f" held-out {len(result.split.heldout)})",
         "training": f"bc warm start, then {config.algo}: {result.iterations} iterations, "
@@ -101,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         "policy": f"`{result.best_dir}` (iteration {result.best_iteration}, validation "
                   f"{result.best_validation_change:+.2%})",
         "compiler": f"clang {compiler.version} ({compiler.path})",
-        "command": f"`mlgo demo --output_dir {out} --minutes {args.minutes:g} --seed {args.seed}`",
+        "command": f"`{command}`",
     }
     report = write_report(out, results, title="pymlgo demo: inlining for size vs -Oz",
                           details=details, curve=read_scalars(out / "train"))
@@ -118,3 +133,31 @@ def run(args: argparse.Namespace) -> int:
           f"never seen in training ({heldout.baseline_total:,} -> {heldout.policy_total:,} "
           f"bytes; {(time.monotonic() - started) / 60:.1f} min in total)")
     return 0 if heldout.ok_modules else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    from pymlgo.corpus.demo import ensure_demo_corpus
+    from pymlgo.corpus.format import CorpusError, load_corpus
+    from pymlgo.toolchain.compiler import CompilerError, find_compiler
+    from pymlgo.train.config import ConfigError
+    from pymlgo.train.trainer import RunOptions, TrainError
+    from pymlgo.workers import ExecutorError
+
+    started = time.monotonic()
+    out: Path = args.output_dir
+    try:
+        compiler = find_compiler(args.clang)
+        corpus = load_corpus(ensure_demo_corpus())
+        config = demo_config(args.algo, args.seed, args.minutes)
+        workers = common.default_workers(args.workers) if args.cluster is None else args.workers
+        options = RunOptions(workers=workers, cluster=args.cluster, clang=args.clang,
+                             timeout=args.timeout)
+        outcome = train_and_evaluate(config, corpus, out, options, compiler)
+    except (ConfigError, TrainError, CorpusError, CompilerError, ExecutorError, OSError,
+            ValueError) as exc:
+        print(f"mlgo demo: {exc}", file=sys.stderr)
+        return 2
+    return write_demo_report(
+        out, outcome, corpus_label="demo (zstd, brotli, lz4)", corpus=corpus, config=config,
+        compiler=compiler, started=started,
+        command=f"mlgo demo --output_dir {out} --minutes {args.minutes:g} --seed {args.seed}")
