@@ -256,6 +256,15 @@ class TrainConfig:
         """Quantiles of a vocab built from the training modules' recorded decisions."""
         return self.policy.quantiles if self.policy.quantiles is not None else DEFAULT_QUANTILES
 
+    def effective_policy(self) -> PolicyConfig:
+        """[policy] with the defaults filled in where nothing else provides the value (so
+        a run that leaves them out saves and checks the config it always did)."""
+        from_warm = self.policy_warmstart is not None
+        return dataclasses.replace(
+            self.policy,
+            hidden=self.policy.hidden if from_warm else self.hidden,
+            quantiles=self.policy.quantiles if from_warm or self.vocab else self.quantiles)
+
     @property
     def policy_warmstart(self) -> str | None:
         """The saved-policy spec to start from, if the warm start is one."""
@@ -287,6 +296,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
     d = plain(dataclasses.asdict(cfg))
     if isinstance(cfg, TrainConfig):
+        d["policy"] = to_dict(cfg.effective_policy())
         for key, default in _omitted_at_default().items():
             if d.get(key) == default:
                 del d[key]
