@@ -70,3 +70,13 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_and_the_same_command_resume
     assert code == 0, err
     assert "resuming" in err
     assert load_policy_dir(out / "final").hyperparameters["iteration"] == 2
+
+
+def test_a_scalars_line_cut_short_is_dropped_when_the_run_resumes(tmp_path):
+    from pymlgo.train.trainer import SCALARS_FILE, ScalarLog, read_scalars
+
+    whole = '{"iteration": 0, "x": 1.0}\n{"iteration": 1, "x": 2.0}\n'
+    (tmp_path / SCALARS_FILE).write_text(whole + '{"iteration": 2, "x"')
+    assert [r["iteration"] for r in read_scalars(tmp_path)] == [0, 1]
+    ScalarLog(tmp_path, resume_after=1, tensorboard=False).close()
+    assert (tmp_path / SCALARS_FILE).read_text() == whole
