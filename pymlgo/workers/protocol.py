@@ -57,6 +57,9 @@ class Executor(Protocol):
     `straggler_grace_s` more, then report every unfinished job with error CUT_ERROR.
     An exception raised by the compile code itself (a policy that cannot run on this
     compiler) is not a module failure: it propagates out of `run`.
+    A job may hold only its bitcode's path (`CompileJob.from_file`): workers on this
+    machine read the file when they compile it; a backend without a shared filesystem
+    ships `job.loaded()`. A file that cannot be read is that module's error.
     """
 
     @property
