@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import gymnasium as gym
@@ -14,16 +13,9 @@ import pymlgo.env
 from pymlgo.env import InliningEnv, ReplayPolicy
 from pymlgo.evaluate.eval import evaluate
 from pymlgo.workers import WorkSpec, make_executor
+from tests.test_toolchain import children_of_self
 
 MODULE = "zstd/lib/compress/hist"  # small, ~25 call sites
-
-
-def child_pids() -> set[int]:
-    """Live children of this test process (from /proc: what `ps --ppid` would list)."""
-    out: set[int] = set()
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        out.update(int(p) for p in (task / "children").read_text().split())
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +96,7 @@ def test_the_same_seed_draws_the_same_modules(env):
 
 
 def test_closing_mid_episode_leaves_no_compiler_or_fifo(env):
-    before = child_pids()
+    before = children_of_self()
     env.reset(options={"module": MODULE})
     for _ in range(3):
         env.step(1)
@@ -113,11 +105,11 @@ def test_closing_mid_episode_leaves_no_compiler_or_fifo(env):
     pid, tmp = session.proc.pid, session.tmp
     fifos = sorted(p.name for p in tmp.iterdir() if p.is_fifo())
     assert fifos == ["channel.in", "channel.out"]
-    assert pid in child_pids()
+    assert pid in children_of_self()
     env.close()
     assert not Path(f"/proc/{pid}").exists()  # killed and reaped: not even a zombie
     assert not tmp.exists()
-    assert child_pids() <= before
+    assert children_of_self() <= before
     with pytest.raises(RuntimeError, match="reset"):
         env.step(0)
 

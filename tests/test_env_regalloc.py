@@ -11,8 +11,11 @@ from gymnasium.utils.env_checker import check_env
 
 import pymlgo.env
 from pymlgo.env import RegallocEvictionEnv, ReplayPolicy
-from pymlgo.problems.regalloc.compile import COST_KEY, compile_with_policy
-from pymlgo.problems.regalloc.reward import relative_change
+from pymlgo.problems.regalloc.evaluate import evaluate_regalloc
+from pymlgo.problems.regalloc.reward import COST_FLOOR, relative_change
+from pymlgo.protocol.channel import fifo_paths
+from pymlgo.workers import WorkSpec, make_executor
+from tests.test_toolchain import children_of_self
 
 MODULE = "zstd/lib/compress/hist"
 
@@ -41,7 +44,7 @@ def test_spaces_come_from_the_eviction_header(demo_corpus_dir):
         env.close()
 
 
-def test_random_masked_episode_reward_matches_a_replayed_compile(env, compiler):
+def test_random_masked_episode_reward_matches_mlgo_eval_of_the_same_decisions(env, compiler):
     rng = np.random.default_rng(7)
     obs, info = env.reset(seed=7, options={"module": MODULE})
     sent, contexts, done = [], set(), False
@@ -58,12 +61,22 @@ def test_random_masked_episode_reward_matches_a_replayed_compile(env, compiler):
     assert len(sent) > 5 and len(contexts) > 1  # one context per machine function
     assert reward == pytest.approx(-relative_change(info["weighted_cost"],
                                                     info["baseline_cost"]))
+    # `mlgo eval --problem regalloc`'s path, answering with the episode's actions
     job = next(j for j in env.jobs if j.module == MODULE)
-    replayed = compile_with_policy(compiler, job, ReplayPolicy({MODULE: tuple(sent)}))
-    assert replayed.error is None
-    assert replayed.size == info["size"]
-    assert replayed.decisions == len(sent)
-    assert replayed.extra[COST_KEY] == pytest.approx(info["weighted_cost"])
+    with make_executor(None, 1) as executor:
+        report = evaluate_regalloc(executor, compiler, [job],
+                                   ReplayPolicy({MODULE: tuple(sent)}),
+                                   spec=WorkSpec(problem="regalloc"))
+    (row,) = report.modules
+    assert row.error is None
+    assert (row.policy_bytes, row.baseline_bytes) == (info["size"], info["baseline_size"])
+    assert row.decisions == len(sent) and row.invalid_advice == 0
+    assert row.policy_cost == pytest.approx(info["weighted_cost"])
+    assert row.baseline_cost == pytest.approx(info["baseline_cost"])
+    # above the floor the env's reward is eval's relative cost change, negated
+    assert row.baseline_cost >= COST_FLOOR
+    assert row.cost_change is not None and row.cost_change != 0.0
+    assert reward == pytest.approx(-row.cost_change)
 
 
 def test_an_action_outside_the_mask_is_corrected_not_sent(env):
@@ -76,12 +89,20 @@ def test_an_action_outside_the_mask_is_corrected_not_sent(env):
     env.close()
 
 
-def test_closing_mid_episode_kills_the_compiler_and_removes_the_fifos(env):
+def test_closing_mid_episode_leaves_no_compiler_or_fifo(env):
+    before = children_of_self()
     obs, info = env.reset(options={"module": MODULE})
     env.step(int(np.flatnonzero(info["action_mask"])[-1]))
     session = env.session
-    pid, tmp = session.proc.pid, session.tmp
-    assert session.alive() and (tmp / "channel.in").is_fifo()
+    assert session is not None and session.alive()
+    pid, tmp, fifos = session.proc.pid, session.tmp, fifo_paths(session.base)
+    assert all(f.is_fifo() for f in fifos)
+    assert sorted(p.name for p in tmp.iterdir() if p.is_fifo()) == sorted(f.name for f in fifos)
+    assert pid in children_of_self()
     env.close()
-    assert not Path(f"/proc/{pid}").exists()
+    assert not Path(f"/proc/{pid}").exists()  # killed and reaped: not even a zombie
+    assert not any(f.exists() for f in fifos)
     assert not tmp.exists()
+    assert children_of_self() <= before
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(0)
