@@ -77,9 +77,8 @@ def test_identity_ignores_the_budget_so_a_resumed_run_may_extend_it():
 
 def test_config_round_trips_through_a_plain_dict():
     cfg = make_config(algo="dqn", policy={"hidden": [8]}, dqn={"epsilon_start": 0.5})
-    again = make_config(**to_dict(cfg))
-    assert to_dict(again) == to_dict(cfg) and again.identity() == cfg.identity()
-    assert again.policy.hidden == (8,) and again.dqn == cfg.dqn
+    assert make_config(**to_dict(cfg)) == cfg
+    assert make_config(**cfg.provenance()).identity() == cfg.identity()
 
 
 def parse_train(*argv: str):
@@ -157,9 +156,9 @@ def test_unused_new_keys_leave_the_saved_config_as_it_was():
     # policies published before vocab/traces/[compile] existed keep their provenance
     assert not {"vocab", "traces", "compile"} & set(to_dict(make_config()))
     # [policy] keys left out are saved as the defaults they stand for, as they always were
-    assert to_dict(make_config())["policy"] == {"hidden": [40, 40, 20], "quantiles": 1000,
-                                                "features": None}
+    assert make_config().provenance()["policy"] == {"hidden": [40, 40, 20],
+                                                    "quantiles": 1000, "features": None}
     # ... unless the warm start or the vocab provides them
-    assert to_dict(make_config(warmstart="pretrained:x"))["policy"]["hidden"] is None
-    assert to_dict(make_config(vocab="v"))["policy"]["quantiles"] is None
+    assert make_config(warmstart="pretrained:x").provenance()["policy"]["hidden"] is None
+    assert make_config(vocab="v").provenance()["policy"]["quantiles"] is None
     assert to_dict(make_config(vocab="v"))["vocab"] == "v"

@@ -256,14 +256,16 @@ class TrainConfig:
         """Quantiles of a vocab built from the training modules' recorded decisions."""
         return self.policy.quantiles if self.policy.quantiles is not None else DEFAULT_QUANTILES
 
-    def effective_policy(self) -> PolicyConfig:
-        """[policy] with the defaults filled in where nothing else provides the value (so
-        a run that leaves them out saves and checks the config it always did)."""
+    def provenance(self) -> dict[str, Any]:
+        """The config as saved with its policies and checked on resume: `to_dict`, with
+        the [policy] defaults filled in where no warm start or vocab provides the value (so
+        a run that leaves them out saves and checks what it always did)."""
         from_warm = self.policy_warmstart is not None
-        return dataclasses.replace(
+        policy = dataclasses.replace(
             self.policy,
             hidden=self.policy.hidden if from_warm else self.hidden,
             quantiles=self.policy.quantiles if from_warm or self.vocab else self.quantiles)
+        return to_dict(self) | {"policy": to_dict(policy)}
 
     @property
     def policy_warmstart(self) -> str | None:
@@ -272,14 +274,14 @@ class TrainConfig:
 
     def setup_identity(self) -> dict[str, Any]:
         """The fields the one-time setup (split, vocab, warm start) depends on."""
-        d = to_dict(self)
+        d = self.provenance()
         keep = ("seed", "warmstart", "split", "policy", "bc", "vocab", "traces", "compile")
         return {k: d[k] for k in keep if k in d} | {
             "bc_warmstart": self.warmstart == "bc" and self.algo != "bc"}
 
     def identity(self) -> dict[str, Any]:
         """The fields a resumed run must share with its checkpoint (the budget may grow)."""
-        d = to_dict(self)
+        d = self.provenance()
         del d["iterations"], d["time_budget_minutes"]
         return d
 
@@ -296,7 +298,6 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
     d = plain(dataclasses.asdict(cfg))
     if isinstance(cfg, TrainConfig):
-        d["policy"] = to_dict(cfg.effective_policy())
         for key, default in _omitted_at_default().items():
             if d.get(key) == default:
                 del d[key]

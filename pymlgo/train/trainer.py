@@ -53,7 +53,7 @@ from pymlgo.policy.store import save_policy
 from pymlgo.policy.vocab import build_vocab
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, HeuristicPolicy
 from pymlgo.toolchain.compiler import Compiler, find_compiler
-from pymlgo.train.config import TrainConfig, to_dict
+from pymlgo.train.config import TrainConfig
 from pymlgo.train.env import Demonstrations, Episode, RunStats, TrainEnv, inputs, size_change
 from pymlgo.train.shaping import IR2NativeShaper
 from pymlgo.train.sources import SourceError, Sources, check_features, load_sources
@@ -475,7 +475,7 @@ def _stamp(policy: InliningPolicy, config: TrainConfig, iteration: int) -> Inlin
     """Name and provenance saved with the policy (nothing run-specific: same seed, same
     bytes)."""
     hyper = {"algo": config.algo, "seed": config.seed, "iteration": iteration,
-             "warmstart": config.warmstart, "config": to_dict(config)}
+             "warmstart": config.warmstart, "config": config.provenance()}
     return replace(policy, name=f"mlgo-{config.algo}", hyperparameters=hyper)
 
 
