@@ -6,8 +6,11 @@ scalar fields of `TrainConfig` at top level, one table per nested config:
 
     algo = "es"
     seed = 3
+    vocab = "runs/vocab"          # from `mlgo vocab`
     [split]
     by = "package"
+    [compile]
+    add_flags = ["-mllvm", "-inline-threshold=100"]
     [es]
     population = 16
 
