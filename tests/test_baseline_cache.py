@@ -117,3 +117,19 @@ def test_a_new_recompile_recipe_misses_the_cache(cache_dir: Path, jobs: list[Com
 
     assert baseline_key(compiler, WorkSpec(), jobs[0]) != old_key
     assert compiled == [j.module for j in jobs]
+
+
+def test_a_module_whose_bitcode_file_went_away_is_an_error_and_the_rest_go_on(
+    cache_dir: Path, jobs: list[CompileJob], tmp_path: Path
+) -> None:
+    compiler = find_compiler(None)
+    gone = tmp_path / "gone.bc"
+    gone.write_bytes(jobs[0].bitcode)
+    lazy = CompileJob.from_file("gone", gone, jobs[0].cmd)
+    gone.unlink()  # e.g. removed while a long run was starting
+    executor = CountingExecutor()
+    results = {r.module: r for r in baseline_results(executor, [lazy, jobs[1]], compiler)}
+    assert results["gone"].size is None
+    assert "cannot read bitcode" in (results["gone"].error or "")
+    assert results[jobs[1].module].ok and results[jobs[1].module].size
+    assert executor.compiled == [jobs[1].module]

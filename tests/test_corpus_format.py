@@ -331,3 +331,19 @@ def test_a_replaced_flag_changes_the_real_compile(tmp_path: Path, compiler: Comp
     assert text_size(tmp_path / "o0.o") > text_size(tmp_path / "oz.o")
     subprocess.run([*compiler.clang_argv, *at_o0[:-1], str(tmp_path / "at_o0.o")], check=True)
     assert text_size(tmp_path / "o0.o") == text_size(tmp_path / "at_o0.o")
+
+
+def test_a_loaded_corpus_keeps_one_copy_of_each_repeated_argument(tmp_path: Path) -> None:
+    # Real corpora repeat hundreds of flags per module: 10,000 modules must not hold
+    # 10,000 copies of each.
+    flags = ["-cc1", "-triple", "x86_64-unknown-linux-gnu", "-Os", "-target-cpu", "x86-64"]
+    root = tmp_path / "corpus"
+    for name in ("a", "b"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / f"{name}.bc").write_bytes(b"BC\xc0\xde")
+        # built separately, so equal strings are distinct objects until the loader interns
+        (root / f"{name}.cmd").write_bytes(b"".join(f.encode() + b"\0" for f in flags))
+    write_corpus_description(root, ["a", "b"])
+    a, b = load_corpus(root).modules
+    assert a.cmd == b.cmd == tuple(flags)
+    assert all(x is y for x, y in zip(a.cmd, b.cmd, strict=True))

@@ -14,7 +14,7 @@ from pathlib import Path
 from pymlgo.corpus.demo import cache_root
 from pymlgo.problems.base import CompileJob, ModuleResult
 from pymlgo.toolchain.compiler import Compiler
-from pymlgo.workers.protocol import Executor, WorkSpec
+from pymlgo.workers.protocol import Executor, WorkSpec, unreadable_result
 
 # What pymlgo itself does between a recorded module and its measured size: the command
 # `corpus.command.recompile_args` makes (dropped flags, the forced -Oz), the problems' baseline
@@ -74,9 +74,14 @@ def baseline_results(
     base_spec = spec if spec is not None else WorkSpec()
     base_spec = replace(base_spec, policy=None, record=False)
     cache = cache or BaselineCache()
-    keys = {job.module: baseline_key(compiler, base_spec, job) for job in jobs}
+    keys: dict[str, str] = {}
     missing: list[CompileJob] = []
     for job in jobs:
+        try:
+            keys[job.module] = baseline_key(compiler, base_spec, job)
+        except OSError as exc:  # its file went away since the corpus was loaded
+            yield unreadable_result(job, exc)
+            continue
         size = cache.get(keys[job.module])
         if size is None:
             missing.append(job)
