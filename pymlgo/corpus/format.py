@@ -383,9 +383,12 @@ def driver_to_cc1(driver_args: tuple[str, ...], *, clang: str | None = None) -> 
         res = run([*argv, "-o", str(obj)], timeout=60)
     lines = [ln for ln in res.stderr.splitlines() if '"-cc1"' in ln]
     if res.returncode != 0 or len(lines) != 1:
+        # `-###` echoes the long cc1 line it would run; clang's own complaints are the lines
+        # that say `error:` (e.g. "unsupported option '-mcpu='"), so show those first.
+        errors = [ln.strip() for ln in res.stderr.splitlines() if "error:" in ln]
         raise CorpusError(
             f"clang does not accept global_command_override {list(driver_args)}: "
-            + res.stderr.strip()[-500:]
+            + ("; ".join(errors) if errors else res.stderr.strip())[-500:]
         )
     argv = shlex.split(lines[0])
     cc1 = argv[argv.index("-cc1"):]
