@@ -472,3 +472,35 @@ def test_real_clang_at_O0_never_opens_the_channel(base: Path, module_bc: Path) -
             )
         assert clang.wait(timeout=60) == 0
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("spec, value", [
+    (TensorSpec("inlining_decision", "int64_t", (1,)), 1),
+    (TensorSpec("inlining_decision", "int64_t", (1,)), 0),
+    (TensorSpec("inlining_decision", "int64_t", (1,)), -(2**63)),
+    (TensorSpec("inlining_decision", "int64_t", (1,)), True),
+    (TensorSpec("inlining_decision", "int64_t", (1,)), np.int64(3)),
+    (TensorSpec("index_to_evict", "int64_t", (1,)), np.array([4])),
+    (TensorSpec("priority", "float", (1,)), 2.5),
+    (TensorSpec("priority", "float", (1,)), 7),
+])
+def test_advice_bytes_are_those_of_the_packed_tensor(spec: TensorSpec, value: object) -> None:
+    from pymlgo.protocol.channel import advice_bytes, pack_advice
+
+    assert advice_bytes(spec, value) == pack_advice(spec, value).tobytes()
+
+
+def test_advice_that_does_not_fit_the_spec_is_refused_like_packing_it() -> None:
+    from pymlgo.protocol.channel import advice_bytes
+
+    spec = TensorSpec("inlining_decision", "int64_t", (1,))
+    for too_big in (2**63, np.uint64(2**63), 2**64):  # would wrap to a negative decision
+        with pytest.raises(ValueError, match="cannot hold|is integer"):
+            advice_bytes(spec, too_big)
+    with pytest.raises(ValueError, match="is integer"):
+        advice_bytes(spec, 0.7)  # a probability is not a decision: no silent truncation to 0
+    assert advice_bytes(spec, 1.0) == np.int64(1).tobytes()  # an integral float is exact
+    with pytest.raises(ValueError, match="non-finite"):
+        advice_bytes(spec, float("nan"))
+    with pytest.raises(ValueError, match="needs 1 value"):
+        advice_bytes(spec, [1, 0])

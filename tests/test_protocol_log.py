@@ -399,3 +399,36 @@ def test_a_scored_observation_without_outcome_still_becomes_a_record() -> None:
         ("g", 0, False),
         ("g", 1, True),
     ]
+
+
+@pytest.mark.parametrize("line, index", [
+    (b'{"observation":7}\n', 7),        # LLVM's compact form
+    (b'{"observation": 7}\n', 7),       # other valid JSON spellings read the same
+    (b'{ "observation":12 }\n', 12),
+])
+def test_observation_lines_read_the_same_in_any_valid_json_spelling(line: bytes,
+                                                                   index: int) -> None:
+    header = Header(features=(TensorSpec("a", "int64_t", (1,)),))
+    buf = io.BytesIO()
+    LogWriter(buf).write_header(header)
+    buf.write(line + np.int64(5).tobytes() + b"\n")
+    events = list(read_events(io.BytesIO(buf.getvalue())))
+    assert isinstance(events[1], Observation)
+    assert events[1].index == index and int(events[1].tensors[0][0]) == 5
+
+
+@pytest.mark.parametrize("line", [
+    b'{"observation":07}\n',   # not JSON: no leading zeros
+    b'{"observation":-1}\n',   # observation numbers are non-negative
+    b'{"observation":1_0}\n',  # Python's int() would take it; JSON does not
+    b'{"observation":\xd9\xa3}\n',  # a non-ASCII digit
+])
+def test_observation_lines_that_are_not_json_non_negative_integers_are_refused(
+    line: bytes,
+) -> None:
+    header = Header(features=(TensorSpec("a", "int64_t", (1,)),))
+    buf = io.BytesIO()
+    LogWriter(buf).write_header(header)
+    buf.write(line + np.int64(5).tobytes() + b"\n")
+    with pytest.raises(LogFormatError):
+        list(read_events(io.BytesIO(buf.getvalue())))

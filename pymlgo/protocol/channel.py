@@ -19,6 +19,7 @@ import errno
 import math
 import os
 import select
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,10 +99,33 @@ def pack_advice(spec: TensorSpec, value: Any) -> np.ndarray:
         raise ValueError(
             f"advice {spec.name!r} needs {spec.element_count} value(s), got {arr.size}"
         )
-    # Casting NaN/inf to an integer type gives an arbitrary value; refuse instead.
-    if spec.dtype.kind in "iu" and arr.dtype.kind == "f" and not np.isfinite(arr).all():
-        raise ValueError(f"advice {spec.name!r} is integer, got non-finite {value!r}")
+    if spec.dtype.kind in "iu":
+        # A cast would silently wrap, truncate or make up a value (0.7 -> 0: "never
+        # inline"); the compiler must get exactly what the policy said, or nothing.
+        if arr.dtype.kind == "f":
+            if not np.isfinite(arr).all():
+                raise ValueError(f"advice {spec.name!r} is integer, got non-finite {value!r}")
+            if not (arr == np.trunc(arr)).all():
+                raise ValueError(f"advice {spec.name!r} is integer, got {value!r}")
+        info = np.iinfo(spec.dtype)
+        if arr.dtype.kind in "iufb" and (arr.min() < info.min or arr.max() > info.max):
+            raise ValueError(f"advice {spec.name!r} ({spec.type}) cannot hold {value!r}")
+        if arr.dtype.kind not in "iufb":
+            raise ValueError(f"advice {spec.name!r} is integer, got {value!r}")
     return arr.astype(spec.dtype).reshape(spec.shape)
+
+
+_INT64 = np.dtype(np.int64)
+_INT64_RANGE = range(-(2**63), 2**63)
+
+
+def advice_bytes(spec: TensorSpec, value: Any) -> bytes:
+    """The bytes of `pack_advice(spec, value)`; a Python int for an int64 [1] advice (every
+    inliner policy's answer) is converted without numpy, since the compiler waits for it."""
+    if (type(value) is int and value in _INT64_RANGE and spec.dtype == _INT64
+            and spec.element_count == 1):
+        return value.to_bytes(8, sys.byteorder, signed=True)
+    return pack_advice(spec, value).tobytes()
 
 
 def serve_channel(
@@ -191,8 +215,11 @@ def _converse(reader: LogReader, write_fd: int, advise: Advise, base: Path) -> C
                 assert header is not None  # the reader yields the header first
                 if header.advice is None:
                     raise ChannelError(f"channel {base}: the header has no advice spec")
-                advice = pack_advice(header.advice, advise(context, event, header))
-                _write_all(write_fd, advice.tobytes(), event.index)
+                spec = header.advice
+                data = advice_bytes(spec, advise(context, event, header))
+                _write_all(write_fd, data, event.index)
+                # the compiler is running again: the record can be made at leisure
+                advice = np.frombuffer(data, dtype=spec.dtype).reshape(spec.shape)
                 decisions.append(Decision(context, event.index, event.tensors, advice))
             elif isinstance(event, Outcome):
                 raise ChannelError(f"channel {base}: outcome records do not belong here")
