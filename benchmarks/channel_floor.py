@@ -79,12 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                     [str(host), str(base), "record", str(decisions)]))
                 remove_fifos(base)
                 base = make_fifos(d)
-                flags = channel_flags(base)  # pairs: "-mllvm", OPTION
-                no_default = [a for pair in zip(flags[::2], flags[1::2], strict=True)
-                              if pair[1] != "-inliner-interactive-include-default"
-                              for a in pair]
                 best["replay"] = min(best["replay"], with_host(
-                    [*compile_args("replay.o"), *no_default],
+                    [*compile_args("replay.o"), *channel_flags(base, include_default=False)],
                     [str(host), str(base), "replay", str(decisions)]))
                 remove_fifos(base)
             plain = text_size(d / "plain.o")

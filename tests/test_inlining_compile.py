@@ -51,6 +51,35 @@ def test_recorded_trajectory_holds_every_feature_and_decision(compiler, minic_jo
     assert (traj.advice.reshape(-1) == traj.features["inlining_default"].reshape(-1)).all()
 
 
+
+def test_clangs_own_decision_is_asked_for_only_when_read_or_recorded(
+    compiler, minic_jobs, monkeypatch
+):
+    # Asking costs clang its heuristic's cost analysis at every call site; a policy that
+    # does not read the answer must get the same call sites, decisions and bytes without it.
+    from pymlgo.toolchain import run
+
+    commands: list[list[str]] = []
+    real_start = run.start
+
+    def spy(argv, **kwargs):
+        commands.append(list(argv))
+        return real_start(argv, **kwargs)
+
+    monkeypatch.setattr(run, "start", spy)
+    asked = "-inliner-interactive-include-default"
+    policy = builtin_policy("random:0.5:3")
+    for job in minic_jobs:
+        unrecorded = compile_with_policy(compiler, job, policy)
+        recorded = compile_with_policy(compiler, job, policy, record=True)
+        assert unrecorded.ok and recorded.ok, (unrecorded.error, recorded.error)
+        assert (unrecorded.size, unrecorded.decisions) == (recorded.size, recorded.decisions)
+        if recorded.decisions:
+            assert "inlining_default" in recorded.trajectory.features
+    assert [asked in c for c in commands] == [False, True] * len(minic_jobs)
+    compile_with_policy(compiler, minic_jobs[0], builtin_policy("default"))
+    assert asked in commands[-1]  # `default` answers with it
+
 def test_compiler_that_never_opens_the_channel_fails_fast_and_cleanly(
     compiler, minic_jobs, tmp_path, monkeypatch
 ):
