@@ -51,3 +51,24 @@ def demo_corpus_dir() -> Path:
 
     return ensure_demo_corpus(progress=False)
 
+
+
+def clang_behind_script(compiler: Compiler, directory: Path) -> Path:
+    """The bundled clang behind a shell script named `clang`: a plain clang driver (no zig
+    defaults) with a compiler identity of its own."""
+    if not compiler.bundled:
+        pytest.skip("needs the bundled zig to stand in for a second clang")
+    script = directory / "clang"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(f'#!/bin/sh\nexec "{compiler.path}" clang "$@"\n')
+    script.chmod(0o755)
+    return script
+
+
+def assert_one_error_line(res: subprocess.CompletedProcess[str], starts_with: str) -> None:
+    """A CLI failure as users should see it: exit 1 and a single line, no traceback."""
+    assert res.returncode == 1, res
+    assert "Traceback" not in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(starts_with), lines[0]

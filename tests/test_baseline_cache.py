@@ -16,6 +16,7 @@ from pymlgo.problems.base import CompileJob, ModuleResult
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 from pymlgo.workers.protocol import WorkSpec
 from pymlgo.workers.task import execute
+from tests.conftest import clang_behind_script
 
 
 class CountingExecutor:
@@ -75,13 +76,8 @@ def test_a_second_evaluation_compiles_nothing_and_gives_the_same_sizes(
 
 def test_another_compiler_misses_the_cache(cache_dir: Path, jobs: list[CompileJob],
                                            compiler: Compiler, tmp_path: Path) -> None:
-    if not compiler.bundled:
-        pytest.skip("needs the bundled zig to stand in for a second clang")
     # The same clang behind a script: another compiler identity, the same code.
-    script = tmp_path / "bin" / "clang"
-    script.parent.mkdir()
-    script.write_text(f'#!/bin/sh\nexec "{compiler.path}" clang "$@"\n')
-    script.chmod(0o755)
+    script = clang_behind_script(compiler, tmp_path / "bin")
     other = find_compiler(script)
     assert other.identity != compiler.identity
     bundled_sizes, _ = evaluate(jobs, compiler)

@@ -19,6 +19,7 @@ from pymlgo.corpus.extract import extract_objects, objects_from_compile_commands
 from pymlgo.corpus.format import DESCRIPTION_FILE, load_corpus
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.elf import text_size
+from tests.conftest import assert_one_error_line, clang_behind_script
 
 HEADER = """#ifndef SHAPES_H
 #define SHAPES_H
@@ -183,12 +184,7 @@ def test_another_clang_can_be_chosen_with_clang_path(tmp_path: Path,
                                                      compiler: Compiler) -> None:
     # A plain clang driver (zig's clang binary behind a script): no zig defaults, so the
     # target comes from --target and the CPU is the target's generic one.
-    if not compiler.bundled:
-        pytest.skip("needs the bundled zig to stand in for a second clang")
-    script = tmp_path / "bin" / "clang"
-    script.parent.mkdir()
-    script.write_text(f'#!/bin/sh\nexec "{compiler.path}" clang "$@"\n')
-    script.chmod(0o755)
+    script = clang_behind_script(compiler, tmp_path / "bin")
     files = {"k.c": "int k(int x) { return x << 2; }\n",
              "l.c": "int k(int); int l(int y) { return k(y) - 1; }\n",
              "Makefile": "all: k.o l.o\n%.o: %.c\n\t$(CC) -O2 -c $< -o $@\n"}
@@ -311,12 +307,8 @@ def test_an_invalid_exclude_regex_is_refused_before_the_build_runs(tmp_path: Pat
     res = mlgo_corpus("capture", "--output_dir", str(tmp_path / "c"), "--exclude", "src/(",
                       "--no_progress", "--", "sh", "-c", "touch build-ran && make", cwd=project)
 
-    assert res.returncode == 1
-    assert "Traceback" not in res.stderr
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1
-    assert lines[0].startswith("mlgo corpus capture: error: --exclude 'src/(' is not a valid "
-                               "regex")
+    assert_one_error_line(res, "mlgo corpus capture: error: --exclude 'src/(' is not a "
+                               "valid regex")
     assert not (project / "build-ran").exists()
     assert not list(project.rglob("*.o"))
     assert not (tmp_path / "c").exists()

@@ -281,9 +281,11 @@ def test_staging_refuses_a_non_empty_output_unless_overwriting(tmp_path: Path) -
 # --- the real compiler -------------------------------------------------------------------------
 
 
-def test_a_module_recompiles_with_the_bundled_clang(tmp_path: Path, compiler: Compiler) -> None:
+def one_module_corpus(tmp_path: Path, compiler: Compiler, source: str) -> Module:
+    """`source` built as a capture would (fixed target, embedded bitcode and command), as
+    the only module of a corpus, loaded."""
     src = tmp_path / "f.c"
-    src.write_text("int sq(int x) { return x * x; }\nint f(int y) { return sq(y) + 1; }\n")
+    src.write_text(source)
     obj = tmp_path / "f.o"
     subprocess.run([*compiler.cc_argv, "-c", "-target", "x86_64-linux-gnu", "-mcpu=baseline",
                     "-Oz", "-Xclang", "-fembed-bitcode=all", str(src), "-o", str(obj)],
@@ -294,8 +296,12 @@ def test_a_module_recompiles_with_the_bundled_clang(tmp_path: Path, compiler: Co
     root = tmp_path / "corpus"
     write_module(root, "pkg/f", cmd=sec[".llvmcmd"], bc=sec[".llvmbc"] or b"")
     write_corpus_description(root, ["pkg/f"])
+    return load_corpus(root).modules[0]
 
-    m: Module = load_corpus(root).modules[0]
+
+def test_a_module_recompiles_with_the_bundled_clang(tmp_path: Path, compiler: Compiler) -> None:
+    m = one_module_corpus(
+        tmp_path, compiler, "int sq(int x) { return x * x; }\nint f(int y) { return sq(y) + 1; }\n")
     out = tmp_path / "re.o"
     subprocess.run([*compiler.clang_argv, *recompile_args(m.cmd, input_bc=str(m.bc_path),
                                                           output_obj=str(out))], check=True)
@@ -304,21 +310,10 @@ def test_a_module_recompiles_with_the_bundled_clang(tmp_path: Path, compiler: Co
 
 def test_a_replaced_flag_changes_the_real_compile(tmp_path: Path, compiler: Compiler) -> None:
     # Replacing the forced -Oz by -O0 must reach clang: no inlining, no size optimization.
-    src = tmp_path / "f.c"
-    src.write_text("static int sq(int x) { return x * x; }\n"
-                   "int f(int y) { int s = 0; for (int i = 0; i < y; i++) s += sq(i) / 3;\n"
-                   "  return s; }\n")
-    obj = tmp_path / "f.o"
-    subprocess.run([*compiler.cc_argv, "-c", "-target", "x86_64-linux-gnu", "-mcpu=baseline",
-                    "-Oz", "-Xclang", "-fembed-bitcode=all", str(src), "-o", str(obj)],
-                   check=True)
-    from pymlgo.toolchain.elf import read_sections
-
-    sec = read_sections(obj, (".llvmbc", ".llvmcmd"))
-    root = tmp_path / "corpus"
-    write_module(root, "pkg/f", cmd=sec[".llvmcmd"], bc=sec[".llvmbc"] or b"")
-    write_corpus_description(root, ["pkg/f"])
-    m = load_corpus(root).modules[0]
+    m = one_module_corpus(tmp_path, compiler,
+                          "static int sq(int x) { return x * x; }\n"
+                          "int f(int y) { int s = 0; for (int i = 0; i < y; i++) s += sq(i) / 3;\n"
+                          "  return s; }\n")
 
     def compile_with(edits: FlagEdits, out: Path) -> list[str]:
         argv = recompile_args(m.cmd, input_bc=str(m.bc_path), output_obj=str(out), edits=edits)
