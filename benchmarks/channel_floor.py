@@ -4,8 +4,11 @@ per-decision round trips — the floor under `channel_overhead.py`'s Python host
 
 A third mode replays the same decisions to a compiler run without
 `-inliner-interactive-include-default`: the cost of a policy that does not read clang's own
-decision (clang then skips one inline-cost analysis per call site). Its objects must equal
-plain -Oz too.
+decision (clang then skips one inline-cost analysis per call site). A fourth answers with
+pymlgo's own host (`serve_channel`, in this process, the `default` policy's answer), so
+the Python host is compared with the floor in the same run: a shared machine drifts by
+tens of percent between runs, and each module's modes run back to back. Every object must
+equal plain -Oz.
 
 Prints JSON. Each module is compiled `--repeats` times per mode; the fastest run counts.
 
@@ -27,11 +30,28 @@ from pymlgo.corpus.command import recompile_args
 from pymlgo.evaluate.eval import corpus_jobs
 from pymlgo.problems.base import CompileJob
 from pymlgo.problems.inlining.compile import OPT_LEVEL, channel_flags
-from pymlgo.protocol.channel import make_fifos, remove_fifos
+from pymlgo.protocol.channel import make_fifos, remove_fifos, serve_channel
+from pymlgo.protocol.log import Header, Observation
 from pymlgo.toolchain.compiler import find_compiler
 from pymlgo.toolchain.elf import text_size
 
 HOST_SOURCE = Path(__file__).parent / "c" / "channel_host.c"
+
+
+def answer_default(context: str, obs: Observation, header: Header) -> int:
+    """The `default` policy's answer: clang's own decision, the last feature."""
+    return int(obs.tensors[-1].reshape(-1)[0] != 0)
+
+
+def with_python_host(cmd: list[str], base: Path, module: str) -> float:
+    t = time.perf_counter()
+    with subprocess.Popen(cmd) as cc:
+        serve_channel(base, answer_default, timeout=600,
+                      compiler_alive=lambda: cc.poll() is None)
+    spent = time.perf_counter() - t
+    if cc.returncode != 0:
+        raise SystemExit(f"{module}: compile exit {cc.returncode}")
+    return spent
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     compiler = find_compiler(None)
     jobs = corpus_jobs(resolve_corpus(args.corpus))
-    seconds = {"plain": 0.0, "channel": 0.0, "replay": 0.0}
+    seconds = {"plain": 0.0, "channel": 0.0, "replay": 0.0, "python": 0.0}
     mismatched: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="mlgo-floor-") as tmp:
         d = Path(tmp)
@@ -83,8 +103,12 @@ def main(argv: list[str] | None = None) -> int:
                     [*compile_args("replay.o"), *channel_flags(base, include_default=False)],
                     [str(host), str(base), "replay", str(decisions)]))
                 remove_fifos(base)
+                base = make_fifos(d)
+                best["python"] = min(best["python"], with_python_host(
+                    [*compile_args("python.o"), *channel_flags(base)], base, job.module))
+                remove_fifos(base)
             plain = text_size(d / "plain.o")
-            if plain != text_size(d / "channel.o") or plain != text_size(d / "replay.o"):
+            if any(plain != text_size(d / f"{m}.o") for m in ("channel", "replay", "python")):
                 mismatched.add(job.module)
             for mode in seconds:
                 seconds[mode] += best[mode]
@@ -98,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         "ratio": round(seconds["channel"] / seconds["plain"], 4),
         "c_host_without_default_seconds": round(seconds["replay"], 3),
         "ratio_without_default": round(seconds["replay"] / seconds["plain"], 4),
+        "python_host_channel_seconds": round(seconds["python"], 3),
+        "python_host_ratio": round(seconds["python"] / seconds["plain"], 4),
         "size_mismatches": sorted(mismatched),
     }, indent=2))
     return 0 if not mismatched else 1
