@@ -19,6 +19,9 @@ from pymlgo.workers.protocol import (
 _WAIT_CAP_S = 5.0  # wake up at least this often to look for hung workers
 
 
+QUEUED_PER_WORKER = 2  # jobs queued per worker at a time (see `_results`)
+
+
 class LocalPool(ExecutorBase):
     """`num_workers` processes (default: every core this process may use).
 
@@ -76,7 +79,7 @@ class LocalPool(ExecutorBase):
         run_id = d.open_run(spec_blob, timeout)
         # Jobs are queued a window ahead of the workers, not all at once: the queue (each
         # job pickled, with its bytes if it holds them) stays the same size for any corpus.
-        window = 2 * d.num_workers
+        window = QUEUED_PER_WORKER * d.num_workers
         sent = 0
         try:
             left = set(range(len(jobs)))
