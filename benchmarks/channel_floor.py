@@ -7,8 +7,8 @@ A third mode replays the same decisions to a compiler run without
 decision (clang then skips one inline-cost analysis per call site). A fourth answers with
 pymlgo's own host (`serve_channel`, in this process, the `default` policy's answer), so
 the Python host is compared with the floor in the same run: a shared machine drifts by
-tens of percent between runs, and each module's modes run back to back. Every object must
-equal plain -Oz.
+tens of percent between runs, and each module's modes run back to back, their order
+rotating every repeat. Every object must equal plain -Oz.
 
 Prints JSON. Each module is compiled `--repeats` times per mode; the fastest run counts.
 
@@ -89,10 +89,14 @@ def main(argv: list[str] | None = None) -> int:
                 return spent
 
             best = dict.fromkeys(seconds, float("inf"))
-            for _ in range(args.repeats):
+
+            def plain_run(best: dict[str, float] = best) -> None:
                 t = time.perf_counter()
                 subprocess.run(compile_args("plain.o"), check=True)
                 best["plain"] = min(best["plain"], time.perf_counter() - t)
+
+            def c_host_runs(best: dict[str, float] = best) -> None:
+                # record, then replay what was recorded: the pair stays in this order
                 base = make_fifos(d)
                 best["channel"] = min(best["channel"], with_host(
                     [*compile_args("channel.o"), *channel_flags(base)],
@@ -103,10 +107,19 @@ def main(argv: list[str] | None = None) -> int:
                     [*compile_args("replay.o"), *channel_flags(base, include_default=False)],
                     [str(host), str(base), "replay", str(decisions)]))
                 remove_fifos(base)
+
+            def python_host_run(best: dict[str, float] = best, module: str = job.module
+                                ) -> None:
                 base = make_fifos(d)
                 best["python"] = min(best["python"], with_python_host(
-                    [*compile_args("python.o"), *channel_flags(base)], base, job.module))
+                    [*compile_args("python.o"), *channel_flags(base)], base, module))
                 remove_fifos(base)
+
+            # the order rotates every repeat, so no mode always runs first or last
+            groups = [plain_run, c_host_runs, python_host_run]
+            for r in range(args.repeats):
+                for run in groups[r % 3:] + groups[:r % 3]:
+                    run()
             plain = text_size(d / "plain.o")
             if any(plain != text_size(d / f"{m}.o") for m in ("channel", "replay", "python")):
                 mismatched.add(job.module)
