@@ -24,6 +24,11 @@ from tests.fuzz_watchdog import hang_guard
 FAST = settings(max_examples=300, deadline=3000,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 GUARD_S = 15.0  # per example (hang_guard): a loaded CI machine stays far below it
+# A driver-style global_command_override runs the real `clang -###` (up to its own 60 s
+# timeout). That first exec of the 185 MB zig binary can take seconds when the kernel has
+# dropped it from the page cache (12.3 s seen once here), so examples that may reach the
+# compiler are judged by the hang guard alone, with room above that timeout.
+COMPILER_GUARD_S = 90.0
 
 CC1 = ("-cc1", "-triple", "x86_64-unknown-linux-gnu", "-emit-obj", "-Oz")
 
@@ -132,9 +137,9 @@ def write(root: Path, spec: dict) -> None:
         desc_path.write_text(json.dumps({**spec["extra_keys"], **spec["desc"]}))
 
 
-@FAST
+@settings(FAST, deadline=None)
 @given(corpora)
-@hang_guard(GUARD_S)
+@hang_guard(COMPILER_GUARD_S)
 def test_any_corpus_on_disk_loads_validly_or_raises_corpus_error(spec: dict) -> None:
     with TemporaryDirectory(prefix="mlgo-fuzz-") as tmp:
         root = Path(tmp)

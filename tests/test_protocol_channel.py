@@ -504,3 +504,13 @@ def test_advice_that_does_not_fit_the_spec_is_refused_like_packing_it() -> None:
         advice_bytes(spec, float("nan"))
     with pytest.raises(ValueError, match="needs 1 value"):
         advice_bytes(spec, [1, 0])
+
+
+def test_an_advice_of_no_elements_packs_to_no_bytes() -> None:
+    # A header may declare a zero-sized advice; range-checking nothing must not fail
+    # (found by the channel fuzzer: numpy has no min() of an empty array).
+    from pymlgo.protocol.channel import advice_bytes
+
+    for type_name in ("int16_t", "int64_t", "float"):
+        spec = TensorSpec("advice", type_name, (0,))
+        assert advice_bytes(spec, np.zeros(0, dtype=spec.dtype)) == b""

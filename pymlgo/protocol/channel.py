@@ -108,7 +108,8 @@ def pack_advice(spec: TensorSpec, value: Any) -> np.ndarray:
             if not (arr == np.trunc(arr)).all():
                 raise ValueError(f"advice {spec.name!r} is integer, got {value!r}")
         info = np.iinfo(spec.dtype)
-        if arr.dtype.kind in "iufb" and (arr.min() < info.min or arr.max() > info.max):
+        if arr.dtype.kind in "iufb" and arr.size and (
+                arr.min() < info.min or arr.max() > info.max):
             raise ValueError(f"advice {spec.name!r} ({spec.type}) cannot hold {value!r}")
         if arr.dtype.kind not in "iufb":
             raise ValueError(f"advice {spec.name!r} is integer, got {value!r}")
