@@ -9,13 +9,15 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from pymlgo.corpus.command import FlagEdits
 from pymlgo.corpus.format import Corpus, load_corpus
 from pymlgo.problems.base import ModuleResult
+
+if TYPE_CHECKING:  # `mlgo --help` should not import the training package
+    from pymlgo.train.config import CompileConfig
 
 DEMO_CORPUS = "demo"
 
@@ -131,16 +133,19 @@ def flag_values(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
-def flag_edits(args: argparse.Namespace) -> FlagEdits:
-    """--delete-flag, --replace-flag and --add-flag as FlagEdits (ValueError if malformed)."""
+def compile_config(args: argparse.Namespace) -> CompileConfig:
+    """The compile-flag options as one CompileConfig, parsed once (ValueError if malformed):
+    `.flag_edits()` for the workers, `.command_override` for loading the corpus."""
+    from pymlgo.train.config import CompileConfig
+
     values = flag_values(args)
-    return FlagEdits(delete=tuple(values.get("delete_flags", ())),
-                     replace=tuple((o, n) for o, n in values.get("replace_flags", ())),
-                     add=tuple(values.get("add_flags", ())))
-
-
-def command_override(args: argparse.Namespace) -> list[str] | None:
-    return flag_values(args).get("command_override")
+    override = values.get("command_override")
+    return CompileConfig(
+        add_flags=tuple(values.get("add_flags", ())),
+        delete_flags=tuple(values.get("delete_flags", ())),
+        replace_flags=tuple(tuple(pair) for pair in values.get("replace_flags", ())),
+        command_override=None if override is None else tuple(override),
+    )
 
 
 def has_flag_args(args: argparse.Namespace) -> bool:

@@ -68,17 +68,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.json is not None:
             common.check_writable(args.json)  # not only after the whole run
-        edits = common.flag_edits(args)
+        flags = common.compile_config(args)
         compiler = find_compiler(args.clang)
         policy = load_policy(args.policy, problem=args.problem, seed=args.seed)
-        corpus = common.resolve_corpus(args.corpus, command_override=common.command_override(
-            args), clang=args.clang)
+        corpus = common.resolve_corpus(args.corpus, command_override=flags.command_override,
+                                       clang=args.clang)
     except (CompilerError, ValueError, OSError) as exc:
         print(f"mlgo eval: {exc}", file=sys.stderr)
         return 2
     jobs = corpus_jobs(corpus)
     spec = WorkSpec(problem=args.problem, clang=str(compiler.path) if not compiler.bundled
-                    else None, timeout=args.timeout, memory_mb=args.memory_limit, edits=edits)
+                    else None, timeout=args.timeout, memory_mb=args.memory_limit,
+                    edits=flags.flag_edits())
     bar, on_result = common.progress(2 * len(jobs), f"eval {policy.name}")
     try:
         with make_executor(args.cluster, common.default_workers(args.workers)) as executor:

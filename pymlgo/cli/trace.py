@@ -88,8 +88,8 @@ def format_summary(summary: TraceSummary) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        edits = common.flag_edits(args)
-        override = common.command_override(args)
+        flags = common.compile_config(args)
+        override = flags.command_override
         compiler = find_compiler(args.clang)
         policy = load_policy(args.policy, problem=args.problem, seed=args.seed)
         corpus = common.resolve_corpus(args.corpus, command_override=override, clang=args.clang)
@@ -101,11 +101,11 @@ def run(args: argparse.Namespace) -> int:
         problem=args.problem,
         clang=None if compiler.bundled else str(compiler.path),
         timeout=args.timeout,
-        edits=edits,
+        edits=flags.flag_edits(),
     )
     metadata = {"policy_spec": args.policy, "seed": args.seed, "corpus": str(args.corpus)}
     if override is not None:  # so `mlgo train --traces` can refuse other flags
-        metadata["command_override"] = override
+        metadata["command_override"] = list(override)
     bar, on_result = common.progress(2 * len(jobs), f"trace {policy.name}")
     try:
         # None lets the backend choose (all local cores; a shared pool's own size).
