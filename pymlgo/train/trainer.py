@@ -548,8 +548,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                 f"(changed: {_diff(setup.identity, config.setup_identity())})"
             )
         if setup is None:
-            setup = prepare(config, corpus, ex, compiler, spec, say,
-                            sources or _load_sources(config, corpus, compiler))
+            setup = prepare(config, corpus, ex, compiler, spec, say, sources)
             _write_atomic(out / SETUP_FILE, pickle.dumps(setup, protocol=5))
         env, val_env, val_names = make_envs(setup, corpus, ex, spec, config.sample_by)
         shaper = None
