@@ -24,9 +24,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -35,6 +36,7 @@ COUNT_FEATURE = "instructions"
 _CD_SWEEPS = 3000
 L2_GRID = (10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)
 _INNER_FOLDS = 4
+T = TypeVar("T")
 
 
 def nnls(a: np.ndarray, y: np.ndarray, *, free_last: bool = True) -> np.ndarray:
@@ -182,12 +184,11 @@ def select_l2(x: np.ndarray, y: np.ndarray, ic: int, groups: np.ndarray | None =
     groups (`_INNER_FOLDS` folds of a seeded shuffle of the group names; rows when
     `groups` is None). Ties and too little data go to the larger penalty."""
     labels = np.arange(len(x)) if groups is None else np.asarray(groups)
-    names = np.unique(labels)
+    names = np.unique(labels).tolist()
     k = min(_INNER_FOLDS, len(names))
     if k < 2:
         return max(grid)
-    order = np.random.default_rng(0).permutation(len(names))
-    fold_of = dict(zip(names[order].tolist(), np.arange(len(names)) % k, strict=True))
+    fold_of = {v: j for j, group in enumerate(seeded_folds(names, k, seed=0)) for v in group}
     fold = np.array([fold_of[v] for v in labels.tolist()])
     best, best_mae = max(grid), np.inf
     for l2 in sorted(grid, reverse=True):
@@ -200,6 +201,13 @@ def select_l2(x: np.ndarray, y: np.ndarray, ic: int, groups: np.ndarray | None =
         if mae < best_mae:
             best, best_mae = l2, mae
     return best
+
+
+def seeded_folds(names: Sequence[T], k: int, seed: int) -> list[list[T]]:
+    """`k` groups of near-equal size from a seeded shuffle of `names` (distinct, sorted):
+    the same names and seed always give the same groups, each sorted."""
+    order = np.random.default_rng(seed).permutation(len(names))
+    return [sorted(names[i] for i in order[j::k]) for j in range(k)]
 
 
 def _mix(x: np.ndarray, ic: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 
 from pymlgo.ir2native.dataset import Dataset
-from pymlgo.ir2native.model import InstructionCountModel, IR2NativeModel
+from pymlgo.ir2native.model import InstructionCountModel, IR2NativeModel, seeded_folds
 
 Split = Literal["package", "module"]
 SPLITS: tuple[Split, ...] = ("package", "module")
@@ -89,8 +89,7 @@ def module_folds(modules: Sequence[str], k: int, seed: int) -> list[list[str]]:
     if not 2 <= k <= len(names):
         raise ValueError(f"module folds must be between 2 and the number of modules "
                          f"({len(names)}), not {k}")
-    order = np.random.default_rng(seed).permutation(len(names))
-    return [sorted(names[i] for i in order[j::k]) for j in range(k)]
+    return seeded_folds(names, k, seed)
 
 
 def evaluate_heldout(
