@@ -102,17 +102,16 @@ def pack_advice(spec: TensorSpec, value: Any) -> np.ndarray:
     if spec.dtype.kind in "iu":
         # A cast would silently wrap, truncate or make up a value (0.7 -> 0: "never
         # inline"); the compiler must get exactly what the policy said, or nothing.
+        if arr.dtype.kind not in "iufb":
+            raise ValueError(f"advice {spec.name!r} is integer, got {value!r}")
         if arr.dtype.kind == "f":
             if not np.isfinite(arr).all():
                 raise ValueError(f"advice {spec.name!r} is integer, got non-finite {value!r}")
             if not (arr == np.trunc(arr)).all():
                 raise ValueError(f"advice {spec.name!r} is integer, got {value!r}")
         info = np.iinfo(spec.dtype)
-        if arr.dtype.kind in "iufb" and arr.size and (
-                arr.min() < info.min or arr.max() > info.max):
+        if arr.size and (arr.min() < info.min or arr.max() > info.max):
             raise ValueError(f"advice {spec.name!r} ({spec.type}) cannot hold {value!r}")
-        if arr.dtype.kind not in "iufb":
-            raise ValueError(f"advice {spec.name!r} is integer, got {value!r}")
     return arr.astype(spec.dtype).reshape(spec.shape)
 
 
