@@ -6,39 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "demo_codecs.h"
+
 int LZ4_compressBound(int inputSize);
 int LZ4_compress_default(const char *src, char *dst, int srcSize, int dstCapacity);
 int LZ4_compress_HC(const char *src, char *dst, int srcSize, int dstCapacity, int level);
 int LZ4_decompress_safe(const char *src, char *dst, int compressedSize, int dstCapacity);
-size_t ZSTD_compressBound(size_t srcSize);
-size_t ZSTD_compress(void *dst, size_t cap, const void *src, size_t n, int level);
-size_t ZSTD_decompress(void *dst, size_t cap, const void *src, size_t n);
-unsigned ZSTD_isError(size_t code);
-size_t BrotliEncoderMaxCompressedSize(size_t input_size);
-int BrotliEncoderCompress(int quality, int lgwin, int mode, size_t input_size,
-                          const unsigned char *input, size_t *encoded_size,
-                          unsigned char *encoded);
-int BrotliDecoderDecompress(size_t encoded_size, const unsigned char *encoded,
-                            size_t *decoded_size, unsigned char *decoded);
-
-static void fill(unsigned char *buf, size_t n, unsigned seed) {
-    static const char *words[] = {"register ", "allocation ", "eviction ", "spill ",
-                                  "reload ", "copy ", "live range ", "interference ",
-                                  "priority ", "greedy ", "{\"k\": 17, ", "0x3f2a, "};
-    unsigned x = seed;
-    size_t i = 0;
-    while (i < n) {
-        x = x * 1103515245u + 12345u;
-        if ((x >> 8) % 9 == 0) {
-            for (int k = 0; k < 11 && i < n; k++) {
-                x = x * 1103515245u + 12345u;
-                buf[i++] = (unsigned char)(x >> 24);
-            }
-            continue;
-        }
-        for (const char *p = words[(x >> 16) % 12]; *p && i < n; p++) buf[i++] = *p;
-    }
-}
 
 static int same(const char *what, const void *a, const void *b, size_t n, size_t got) {
     if (got != n || memcmp(a, b, n) != 0) {
@@ -54,7 +27,7 @@ int main(int argc, char **argv) {
     size_t cap = BrotliEncoderMaxCompressedSize(n) + ZSTD_compressBound(n) + 2 * n + 1024;
     unsigned char *dst = malloc(cap);
     if (!src || !back || !dst) return 2;
-    fill(src, n, 4242u);
+    text(src, n, 4242u);
     unsigned long sum = 0;
 
     int c = LZ4_compress_default((char *)src, (char *)dst, (int)n, (int)cap);

@@ -4,15 +4,14 @@
  * qualities and the Zopfli-style quality 11), on text-like and on incompressible data.
  * Linked against library objects register-allocated by a policy: wrong advice can
  * miscompile, so every decompressed buffer is compared with its input. Exit 0 and print
- * the compressed sizes on success. Prototypes are declared here: no headers needed. */
+ * the compressed sizes on success. Prototypes are declared here and in demo_codecs.h:
+ * no library headers needed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-size_t ZSTD_compressBound(size_t srcSize);
-size_t ZSTD_compress(void *dst, size_t cap, const void *src, size_t n, int level);
-size_t ZSTD_decompress(void *dst, size_t cap, const void *src, size_t n);
-unsigned ZSTD_isError(size_t code);
+#include "demo_codecs.h"
+
 void *ZSTD_createCCtx(void);
 size_t ZSTD_freeCCtx(void *cctx);
 void *ZSTD_createDCtx(void);
@@ -24,33 +23,9 @@ size_t ZSTD_decompress_usingDict(void *dctx, void *dst, size_t cap, const void *
 size_t ZDICT_trainFromBuffer(void *dict, size_t cap, const void *samples,
                              const size_t *sample_sizes, unsigned nb_samples);
 unsigned ZDICT_isError(size_t code);
-size_t BrotliEncoderMaxCompressedSize(size_t input_size);
-int BrotliEncoderCompress(int quality, int lgwin, int mode, size_t input_size,
-                          const unsigned char *input, size_t *encoded_size,
-                          unsigned char *encoded);
-int BrotliDecoderDecompress(size_t encoded_size, const unsigned char *encoded,
-                            size_t *decoded_size, unsigned char *decoded);
 
 #define SAMPLES 64
 #define SAMPLE_SIZE 512
-
-static unsigned next(unsigned *x) { return *x = *x * 1103515245u + 12345u; }
-
-/* Words with repeats at many distances, broken by short runs of noise. */
-static void text(unsigned char *buf, size_t n, unsigned seed) {
-    static const char *words[] = {"register ", "allocation ", "eviction ", "spill ",
-                                  "reload ", "copy ", "live range ", "interference ",
-                                  "priority ", "greedy ", "{\"k\": 17, ", "0x3f2a, "};
-    unsigned x = seed;
-    size_t i = 0;
-    while (i < n) {
-        if ((next(&x) >> 8) % 9 == 0) {
-            for (int k = 0; k < 11 && i < n; k++) buf[i++] = (unsigned char)(next(&x) >> 24);
-            continue;
-        }
-        for (const char *p = words[(x >> 16) % 12]; *p && i < n; p++) buf[i++] = *p;
-    }
-}
 
 static void noise(unsigned char *buf, size_t n, unsigned seed) {
     unsigned x = seed;
