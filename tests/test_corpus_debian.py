@@ -29,9 +29,9 @@ from pymlgo.corpus.debian import (
 )
 from pymlgo.corpus.format import load_corpus
 
-ALLOWED_C = {"zlib", "libpng1.6", "expat", "pcre2", "libyaml", "cjson", "jansson", "giflib",
-             "libwebp", "libjpeg-turbo", "libxml2", "openssl"}
-ALLOWED_CXX = {"fmtlib", "googletest", "snappy", "leveldb", "protobuf"}
+# The training allowlist: these and only these packages may be built into the corpus.
+ALLOWED_C = set(["zlib", "libpng1.6", "expat", "pcre2", "pcre3", "libyaml", "cjson", "jansson", "giflib", "libwebp", "libjpeg-turbo", "libxml2", "libxslt", "openssl", "curl", "xz-utils", "libsodium", "jq", "libonig", "libuv1", "libevent", "nghttp2", "c-ares", "tiff", "freetype", "libarchive", "lmdb", "libgit2", "cmark", "pixman", "libffi", "flac", "opus", "libogg", "libvorbis", "speex", "libsndfile", "lzo2", "libssh2", "libzip", "json-c", "libconfig", "libtasn1-6", "nettle", "gmp", "mpfr4", "libunistring", "libidn2"])
+ALLOWED_CXX = set(["fmtlib", "googletest", "snappy", "leveldb", "protobuf", "re2", "abseil", "double-conversion", "gflags", "google-glog", "benchmark", "flatbuffers", "capnproto", "spdlog", "zeromq3", "ninja-build", "taglib", "harfbuzz", "graphite2", "woff2", "openexr", "libebml", "libmatroska", "tinyobjloader", "cppcheck", "ccache"])
 
 # A tiny "source package": a library of two units, a test program that must not be built,
 # and a header it takes from a dependency's source tree.

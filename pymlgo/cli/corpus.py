@@ -189,30 +189,53 @@ def _add_debian(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
     p = sub.add_parser(
         "debian",
-        help="corpora from Debian source packages (apt-get source + a library build)",
+        help="corpora from Debian source packages (apt-get source + a captured build)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "For each PKG: fetch the Debian source package with `apt-get source` (once, into "
             "$MLGO_CACHE_DIR/src or ~/.cache/pymlgo/src; needs a deb-src line in the APT "
-            "sources), build its library only (no tests, tools or docs; static; -Oz) with a "
-            "built-in recipe through `corpus capture`, and write the sub-corpus OUTPUT_DIR/PKG/. "
-            "Then all sub-corpora are combined into OUTPUT_DIR, so module names start with "
-            "their package. Packages already built with the same recipe and compiler are "
-            "skipped; a failing package is reported and the others go on (exit code 1 at the "
-            "end). Build logs go to OUTPUT_DIR/_logs/PKG.log. Packages with a recipe: "
-            + ", ".join(DEFAULT_ORDER) + "."
+            "sources; if the mirror lacks the newest version's files, older listed versions "
+            "are tried), build it with a built-in recipe through `corpus capture` (bundled "
+            "clang, x86_64-linux-gnu baseline, static, -Oz), and write the sub-corpus "
+            "OUTPUT_DIR/PKG/.\n\n"
+            "C packages build their library; C++ packages also their tools and tests where "
+            "they build offline (googletest/benchmark come from their own source packages). "
+            "Unless --no_unity, each package also gets big UNITY modules, PKG/_unity/...: "
+            "its sources with the same flags compiled together in batches of a few hundred "
+            "KiB (batches that do not compile together are split).\n\n"
+            "All sub-corpora are combined into OUTPUT_DIR, so module names start with their "
+            "package (what train/held-out splits go by). Packages already built with the same "
+            "recipe and compiler are skipped, so an interrupted run resumes where it stopped "
+            "(a package cut off half-way is rebuilt from scratch). A package that fails to "
+            "fetch or build is reported with its step and log (OUTPUT_DIR/_logs/PKG.log) and "
+            "skipped; the exit code is 1 at the end. OUTPUT_DIR/debian_summary.json has "
+            "modules per package, the C/C++ split, failures, build time and disk use.\n\n"
+            "Build tools needed (Debian packages): cmake make autoconf automake libtool "
+            "autopoint gettext pkg-config perl python3 dpkg-dev; a missing one is named.\n\n"
+            "Packages with a recipe (the training allowlist; --all builds them in this "
+            "order): " + ", ".join(DEFAULT_ORDER) + "."
         ),
-        epilog="example: nice -n 10 mlgo corpus debian zlib expat --output_dir corpora/debian",
+        epilog="examples:\n"
+        "  nice -n 10 mlgo corpus debian zlib expat --output_dir corpora/debian\n"
+        "  nohup nice -n 19 mlgo corpus debian --all --jobs 2 \\\n"
+        "      --output_dir ~/.cache/pymlgo/corpora/debian > debian-build.log 2>&1 &",
     )
-    p.add_argument("packages", nargs="+", metavar="PKG[=VERSION]",
+    p.add_argument("packages", nargs="*", metavar="PKG[=VERSION]",
                    help="Debian source package names, built in the order given; "
                    "PKG=VERSION fetches that Debian version instead of the newest (e.g. when "
                    "a mirror lacks the newest one's files; versions: apt-cache showsrc PKG)")
+    p.add_argument("--all", action="store_true",
+                   help="build every package with a recipe (after any PKG given)")
     p.add_argument("--output_dir", required=True, metavar="D", help="corpus directory")
     p.add_argument("--jobs", type=int, default=2, metavar="N",
                    help="parallel compile jobs per build (default: 2)")
     p.add_argument("--clang", default=None, metavar="PATH",
                    help="compile with this clang (>= 17) instead of the bundled zig clang")
-    p.add_argument("--no_progress", action="store_true", help="no progress messages")
+    p.add_argument("--no_unity", action="store_true",
+                   help="no unity modules (PKG/_unity/...); packages already built with "
+                   "them are kept")
+    p.add_argument("--no_progress", action="store_true",
+                   help="no progress bar or messages")
     p.set_defaults(func=run_debian)
 
 
@@ -343,26 +366,47 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_debian(args: argparse.Namespace) -> int:
-    from pymlgo.corpus.debian import DebianConfig, build_debian_corpora, parse_package_spec
+    from pymlgo.corpus.debian import (
+        DEFAULT_ORDER,
+        SUMMARY_FILE,
+        DebianConfig,
+        build_debian_corpora,
+        parse_package_spec,
+    )
 
     def body() -> int:
         if args.jobs < 1:
             raise CorpusError("--jobs must be at least 1")
         specs = [parse_package_spec(p) for p in args.packages]
+        packages = [pkg for pkg, _ in specs]
+        if args.all:
+            packages += [p for p in DEFAULT_ORDER if p not in packages]
+        if not packages:
+            raise CorpusError("name packages to build, or --all")
+        out = Path(args.output_dir).expanduser()
         results = build_debian_corpora(
-            [pkg for pkg, _ in specs],
-            DebianConfig(output_dir=Path(args.output_dir), jobs=args.jobs, clang=args.clang,
-                         progress=not args.no_progress,
+            packages,
+            DebianConfig(output_dir=out, jobs=args.jobs, clang=args.clang,
+                         progress=not args.no_progress, unity=not args.no_unity,
                          versions=tuple((pkg, v) for pkg, v in specs if v is not None)),
         )
+        langs: Counter[str] = Counter()
         for r in results:
-            line = f"  {r.package:15} {r.status:7} {r.modules:5} modules {r.seconds / 60:6.1f} min"
+            langs.update(dict(r.languages))
+            line = (f"  {r.package:18} {r.status:7} {r.modules:5} modules "
+                    f"({r.unity_modules:3} unity) {r.seconds / 60:6.1f} min")
+            if r.status == "failed":
+                line += f"  at {r.step}: {r.log}"
             print(line, file=sys.stderr)
+        total = sum(langs.values())
+        if total:
+            print(f"mlgo corpus debian: {total} modules, C++ {langs['c++'] / total:.1%}; "
+                  f"summary: {out.absolute() / SUMMARY_FILE}", file=sys.stderr)
         failed = [r.package for r in results if r.status == "failed"]
         if failed:
             print(f"mlgo corpus debian: failed: {', '.join(failed)} (see "
-                  f"{Path(args.output_dir).absolute()}/_logs/)", file=sys.stderr)
-        print(Path(args.output_dir).absolute())
+                  f"{out.absolute()}/_logs/)", file=sys.stderr)
+        print(out.absolute())
         return 1 if failed else 0
 
     return _guarded("debian", body)

@@ -1,4 +1,4 @@
-"""Corpora from Debian source packages: `apt-get source`, a per-package library build, capture.
+"""Corpora from Debian source packages: `apt-get source`, a per-package build, capture.
 
 Each package is fetched once with `apt-get source` into `<cache>/src/<pkg>/` (needs a
 `deb-src` line in the APT sources), copied to a scratch directory, and built through
@@ -13,7 +13,7 @@ A package whose sub-corpus already exists with the same recipe and compiler is s
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import json
 import os
 import shutil
@@ -22,146 +22,59 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from pymlgo.corpus.capture import DEFAULT_CPU, DEFAULT_TARGET, CaptureError, capture
+from pymlgo.corpus.capture import (
+    DEFAULT_CPU,
+    DEFAULT_EXCLUDE,
+    DEFAULT_TARGET,
+    CaptureError,
+    capture,
+)
 from pymlgo.corpus.combine import combine_corpora
+from pymlgo.corpus.debian_recipes import (
+    BUILD_DIR,
+    DEBIAN_FORMAT,
+    DEFAULT_ORDER,
+    DEPS_DIR,
+    OPT_LEVEL,
+    RECIPES,
+    TOOL_PACKAGES,
+    Recipe,
+    cmake,
+)
+from pymlgo.corpus.debian_unity import build_unity_modules
 from pymlgo.corpus.demo import cache_root
-from pymlgo.corpus.format import DESCRIPTION_FILE, CorpusError, read_description
+from pymlgo.corpus.extract import extract_objects, objects_from_compile_commands
+from pymlgo.corpus.format import (
+    DESCRIPTION_FILE,
+    CorpusError,
+    read_description,
+    write_description_dict,
+)
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 
-# Bump when the build flags or the layout change for every package: it is in the cache key.
-DEBIAN_FORMAT = 1
+__all__ = [
+    "BUILD_DIR", "DEBIAN_FORMAT", "DEFAULT_ORDER", "DEPS_DIR", "OPT_LEVEL", "RECIPES",
+    "DebianConfig", "DebianError", "PackageResult", "Recipe", "build_debian_corpora",
+    "build_package", "cmake", "fetch_source", "parse_package_spec", "source_version",
+]
+
 INFO_FILE = "debian_info.json"
-OPT_LEVEL = "-Oz"
-BUILD_DIR = "_mlgo_build"  # out-of-tree build dir of the CMake recipes, inside the copy
+SUMMARY_FILE = "debian_summary.json"
 LOG_DIR = "_logs"  # build logs, next to the sub-corpora (not a corpus itself)
+STAGING_DIR = "_staging"  # a package's sub-corpus while it is made (renamed when complete)
+OPTIONAL_FAILED = "_mlgo_optional_failed"  # the build script lists failed `extra` steps here
 
 
 class DebianError(CorpusError):
-    """A Debian source package could not be fetched or built."""
+    """A Debian source package could not be fetched or built; `step` says where."""
 
-
-@dataclass(frozen=True)
-class Recipe:
-    """How to build one source package's library.
-
-    `steps` run in order (each an argv, no shell) in `subdir` of a fresh copy of the
-    package's source tree, as one captured build. Placeholders: `{jobs}` (parallel jobs),
-    `{dep_<pkg>}` (the cached source tree of a package in `deps`, e.g. for headers).
-    """
-
-    package: str
-    language: str  # "c" or "c++": what the library is written in
-    steps: tuple[tuple[str, ...], ...]
-    subdir: str = ""
-    deps: tuple[str, ...] = ()
-    note: str = ""
-    env: tuple[tuple[str, str], ...] = ()
-
-    def key(self) -> str:
-        """Cache key of the recipe: any change rebuilds the package."""
-        blob = json.dumps([DEBIAN_FORMAT, asdict(self)], sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def cmake(*options: str, targets: Sequence[str] = ()) -> tuple[tuple[str, ...], ...]:
-    """Configure out of tree as a static MinSizeRel (-Oz) build, then build `targets`."""
-    configure = (
-        "cmake", "-S", ".", "-B", BUILD_DIR, "-G", "Unix Makefiles",
-        "-DCMAKE_BUILD_TYPE=MinSizeRel",
-        f"-DCMAKE_C_FLAGS_MINSIZEREL={OPT_LEVEL} -DNDEBUG",
-        f"-DCMAKE_CXX_FLAGS_MINSIZEREL={OPT_LEVEL} -DNDEBUG",
-        "-DBUILD_SHARED_LIBS=OFF", "-DBUILD_TESTING=OFF",
-        *options,
-    )
-    build = ("cmake", "--build", BUILD_DIR, "-j", "{jobs}",
-             *(("--target", *targets) if targets else ()))
-    return (configure, build)
-
-
-def _between(steps: tuple[tuple[str, ...], ...],
-             step: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
-    """`step` inserted between CMake's configure and build steps."""
-    configure, build = steps
-    return (configure, step, build)
-
-
-# One entry per allowed training package (Debian source package names).
-RECIPES: dict[str, Recipe] = {r.package: r for r in (
-    Recipe("zlib", "c", (("./configure", "--static"), ("make", "-j{jobs}", "libz.a"))),
-    Recipe("libpng1.6", "c", cmake(
-        "-DPNG_SHARED=OFF", "-DPNG_STATIC=ON", "-DPNG_TESTS=OFF", "-DPNG_EXECUTABLES=OFF",
-        "-DZLIB_INCLUDE_DIR={dep_zlib}", "-DZLIB_LIBRARY={dep_zlib}/libz.a",
-        targets=("png_static",)), deps=("zlib",),
-        note="zlib headers from the zlib source package (nothing is linked)"),
-    Recipe("expat", "c", _between(cmake(
-        "-DEXPAT_BUILD_TOOLS=OFF", "-DEXPAT_BUILD_EXAMPLES=OFF", "-DEXPAT_BUILD_TESTS=OFF",
-        "-DEXPAT_BUILD_DOCS=OFF", "-DEXPAT_SHARED_LIBS=OFF", "-DEXPAT_BUILD_FUZZERS=OFF",
-        targets=("expat",)),
-        # Debian's security patches test `#if XML_DTD == 1`, as autotools' config.h defines
-        # it; CMake's template defines it empty.
-        ("sed", "-i", "s/^#define XML_DTD$/#define XML_DTD 1/", f"{BUILD_DIR}/expat_config.h"),
-    ), subdir="expat", note="XML_DTD defined to 1 as in Debian's autotools build"),
-    Recipe("pcre2", "c", cmake(
-        "-DPCRE2_BUILD_PCRE2GREP=OFF", "-DPCRE2_BUILD_TESTS=OFF", "-DBUILD_STATIC_LIBS=ON",
-        "-DPCRE2_BUILD_PCRE2_8=ON", "-DPCRE2_BUILD_PCRE2_16=OFF",
-        "-DPCRE2_BUILD_PCRE2_32=OFF"),
-        note="8-bit library and POSIX wrapper; the 16/32-bit builds recompile the same "
-        "sources"),
-    Recipe("libyaml", "c", cmake("-DINSTALL_CMAKE_DIR=lib/cmake", targets=("yaml",))),
-    Recipe("cjson", "c", cmake(
-        "-DENABLE_CJSON_TEST=OFF", "-DENABLE_CJSON_UTILS=ON", "-DBUILD_SHARED_AND_STATIC_LIBS=OFF",
-        "-DENABLE_CUSTOM_COMPILER_FLAGS=OFF", "-DENABLE_TARGET_EXPORT=OFF",
-        targets=("cjson", "cjson_utils"))),
-    Recipe("jansson", "c", cmake(
-        "-DJANSSON_BUILD_DOCS=OFF", "-DJANSSON_WITHOUT_TESTS=ON", "-DJANSSON_EXAMPLES=OFF",
-        targets=("jansson",))),
-    Recipe("giflib", "c", (("make", "-j{jobs}", f"OFLAGS={OPT_LEVEL}", "libgif.a"),)),
-    Recipe("libwebp", "c", cmake(
-        "-DWEBP_BUILD_ANIM_UTILS=OFF", "-DWEBP_BUILD_CWEBP=OFF", "-DWEBP_BUILD_DWEBP=OFF",
-        "-DWEBP_BUILD_GIF2WEBP=OFF", "-DWEBP_BUILD_IMG2WEBP=OFF", "-DWEBP_BUILD_VWEBP=OFF",
-        "-DWEBP_BUILD_WEBPINFO=OFF", "-DWEBP_BUILD_WEBPMUX=OFF", "-DWEBP_BUILD_EXTRAS=OFF",
-        "-DWEBP_BUILD_LIBWEBPMUX=ON",
-        targets=("webp", "webpdemux", "libwebpmux"))),
-    Recipe("libjpeg-turbo", "c", cmake(
-        "-DENABLE_SHARED=OFF", "-DENABLE_STATIC=ON", "-DWITH_SIMD=OFF", "-DWITH_TURBOJPEG=OFF",
-        targets=("jpeg-static",)),
-        note="no SIMD (its kernels are NASM assembly); libturbojpeg recompiles the same sources"),
-    Recipe("libxml2", "c", cmake(
-        "-DLIBXML2_WITH_PYTHON=OFF", "-DLIBXML2_WITH_ZLIB=OFF", "-DLIBXML2_WITH_LZMA=OFF",
-        "-DLIBXML2_WITH_ICU=OFF", "-DLIBXML2_WITH_TESTS=OFF", "-DLIBXML2_WITH_PROGRAMS=OFF",
-        targets=("LibXml2",)), note="without zlib/lzma/ICU/Python"),
-    Recipe("openssl", "c", (
-        ("./Configure", "linux-x86_64", "no-asm", "no-shared", "no-module", "no-tests"),
-        ("make", "-j{jobs}", "build_libs"),
-    ), env=(("CFLAGS", OPT_LEVEL),), note="libcrypto + libssl, no assembly"),
-    Recipe("fmtlib", "c++", cmake(
-        "-DFMT_TEST=OFF", "-DFMT_DOC=OFF", "-DFMT_FUZZ=OFF", "-DFMT_INSTALL=OFF",
-        targets=("fmt",))),
-    Recipe("googletest", "c++", cmake(
-        "-DBUILD_GMOCK=ON", "-DINSTALL_GTEST=OFF", targets=("gtest", "gmock"))),
-    Recipe("snappy", "c++", cmake(
-        "-DSNAPPY_BUILD_TESTS=OFF", "-DSNAPPY_BUILD_BENCHMARKS=OFF", "-DSNAPPY_INSTALL=OFF",
-        targets=("snappy",))),
-    Recipe("leveldb", "c++", cmake(
-        "-DLEVELDB_BUILD_TESTS=OFF", "-DLEVELDB_BUILD_BENCHMARKS=OFF", "-DLEVELDB_INSTALL=OFF",
-        targets=("leveldb",)), note="without snappy/crc32c/tcmalloc"),
-    Recipe("protobuf", "c++", cmake(
-        "-Dprotobuf_BUILD_TESTS=OFF", "-Dprotobuf_BUILD_PROTOC_BINARIES=OFF",
-        "-Dprotobuf_WITH_ZLIB=OFF", "-Dprotobuf_BUILD_SHARED_LIBS=OFF",
-        "-Dprotobuf_BUILD_LIBPROTOC=OFF",
-        targets=("libprotobuf",)),
-        note="libprotobuf (a superset of libprotobuf-lite's sources); no protoc, no libprotoc"),
-)}
-
-# Cheap and useful first, the big ones last.
-DEFAULT_ORDER = (
-    "zlib", "libpng1.6", "expat", "pcre2", "libyaml", "cjson", "jansson", "giflib", "libwebp",
-    "libjpeg-turbo", "snappy", "leveldb", "fmtlib", "libxml2", "googletest", "openssl",
-    "protobuf",
-)
+    def __init__(self, message: str, step: str = "") -> None:
+        super().__init__(message)
+        self.step = step
 
 
 @dataclass(frozen=True)
@@ -171,6 +84,10 @@ class PackageResult:
     modules: int = 0
     seconds: float = 0.0
     error: str = ""
+    step: str = ""  # where a failure happened: fetch, tools, build, unity, ...
+    log: str = ""  # the package's build log
+    languages: tuple[tuple[str, int], ...] = ()  # modules per language ("c", "c++")
+    unity_modules: int = 0
 
 
 @dataclass(frozen=True)
@@ -183,11 +100,15 @@ class DebianConfig:
     progress: bool = True
     # (package, Debian version) pairs: fetch that version instead of the newest
     versions: tuple[tuple[str, str], ...] = ()
+    unity: bool = True  # also build each recipe's unity modules
 
 
 def _say(progress: bool, msg: str) -> None:
     if progress:
-        print(f"mlgo corpus debian: {msg}", file=sys.stderr, flush=True)
+        # tqdm.write keeps the package progress bar below the messages.
+        from tqdm import tqdm
+
+        tqdm.write(f"mlgo corpus debian: {msg}", file=sys.stderr)
 
 
 # --- sources ---------------------------------------------------------------------------------
@@ -231,11 +152,66 @@ def source_version(tree: Path) -> str | None:
     return first[start + 1:end] if 0 <= start < end else None
 
 
+def listed_versions(package: str) -> list[str]:
+    """The Debian versions `apt-cache showsrc` lists for `package`, newest first."""
+    import functools
+
+    apt_cache = shutil.which("apt-cache")
+    if apt_cache is None:
+        return []
+    proc = subprocess.run([apt_cache, "showsrc", package], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, check=False)
+    versions = list(dict.fromkeys(
+        line.split(":", 1)[1].strip() for line in proc.stdout.splitlines()
+        if line.startswith("Version:")))
+
+    def compare(a: str, b: str) -> int:
+        # dpkg's own ordering (epochs, ~, +debNNuK): no reimplementation to get wrong.
+        lt = subprocess.run(["dpkg", "--compare-versions", a, "lt", b], check=False)
+        return -1 if lt.returncode == 0 else (0 if a == b else 1)
+
+    if shutil.which("dpkg") is None:
+        return versions
+    return sorted(versions, key=functools.cmp_to_key(compare), reverse=True)
+
+
 def fetch_source(package: str, src_cache: Path, *, version: str | None = None,
                  progress: bool = True) -> Path:
     """The package's unpacked source tree, fetched with `apt-get source` unless cached;
-    `version` asks for that Debian version (cached separately) instead of the newest."""
-    pkg_dir = src_cache / (package if version is None else f"{package}={version}")
+    `version` asks for that Debian version (cached separately) instead of the newest.
+
+    Without a version, a failed fetch of the newest one tries the older versions that
+    `apt-cache showsrc` lists, newest first (mirrors here often lack the files of the newest
+    security update); the tree is still cached as `<cache>/<pkg>/`, and its debian/changelog
+    says which version it is."""
+    if version is None and find_source_tree(src_cache / package) is None:
+        try:
+            return _fetch_one(package, src_cache, version=None, progress=progress)
+        except DebianError as exc:
+            if "source URIs" in str(exc) or "deb-src" in str(exc) or "not available" in str(
+                    exc) or "dpkg-source" in str(exc):
+                raise
+            first = exc
+        listed = listed_versions(package)
+        for older in listed[1:]:
+            _say(progress, f"{package}: newest version not fetched; trying {older}")
+            try:
+                return _fetch_one(package, src_cache, version=older, progress=progress,
+                                  cache_as=package)
+            except DebianError:
+                continue
+        if listed:
+            try:
+                return _fetch_upstream_tarball(package, listed[0], src_cache, progress=progress)
+            except DebianError:
+                pass
+        raise first
+    return _fetch_one(package, src_cache, version=version, progress=progress)
+
+
+def _fetch_one(package: str, src_cache: Path, *, version: str | None, progress: bool,
+               cache_as: str | None = None) -> Path:
+    pkg_dir = src_cache / (cache_as or (package if version is None else f"{package}={version}"))
     tree = find_source_tree(pkg_dir)
     if tree is not None:
         return tree
@@ -278,6 +254,55 @@ def fetch_source(package: str, src_cache: Path, *, version: str | None = None,
     return tree
 
 
+ORIG_ONLY_MARKER = "mlgo-orig-only"
+
+
+def _fetch_upstream_tarball(package: str, version: str, src_cache: Path, *,
+                            progress: bool) -> Path:
+    """Last resort when no listed version fetches whole: the upstream tarball alone
+    (`apt-get source --tar-only`; seen here: a mirror with a package's .orig.tar but not its
+    Debian patch files). Unpacked with a stand-in debian/ that says so: no Debian patches."""
+    pkg_dir = src_cache / package
+    _say(progress, f"{package}: no version fetched whole; trying the upstream tarball of "
+         f"{version} without Debian's patches")
+    staging = Path(tempfile.mkdtemp(prefix=f".{package}.", dir=_mkdir(src_cache)))
+    try:
+        proc = subprocess.run(["apt-get", "source", "--tar-only", f"{package}={version}"],
+                              cwd=staging, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, check=False)
+        tars = sorted(staging.glob("*.orig.tar.*"))
+        if proc.returncode != 0 or not tars:
+            raise DebianError(f"{package}: apt-get source --tar-only failed:\n"
+                              f"{(proc.stdout + proc.stderr)[-800:]}", step="fetch")
+        unpack = staging / "unpack"
+        unpack.mkdir()
+        tar = subprocess.run(["tar", "-xf", str(tars[0]), "-C", str(unpack)],
+                             capture_output=True, text=True, check=False)
+        tops = [p for p in unpack.iterdir() if p.is_dir()]
+        if tar.returncode != 0 or len(tops) != 1:
+            raise DebianError(f"{package}: cannot unpack {tars[0].name}: {tar.stderr[-500:]}",
+                              step="fetch")
+        tree = staging / f"{package}-{version.split(':')[-1].rsplit('-', 1)[0]}"
+        os.rename(tops[0], tree)
+        (tree / "debian").mkdir(exist_ok=True)
+        (tree / "debian" / "changelog").write_text(
+            f"{package} ({version}) unreleased; urgency=low\n\n"
+            "  * pymlgo: the upstream tarball only; Debian's patches were not available.\n",
+            encoding="utf-8")
+        (tree / "debian" / ORIG_ONLY_MARKER).write_text(tars[0].name + "\n", encoding="utf-8")
+        shutil.rmtree(unpack)
+        for tarball in tars:
+            tarball.unlink()
+        if pkg_dir.exists():
+            shutil.rmtree(pkg_dir)
+        os.rename(staging, pkg_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    found = find_source_tree(pkg_dir)
+    assert found is not None
+    return found
+
+
 def _mkdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -290,23 +315,33 @@ def _expand(arg: str, values: dict[str, str]) -> str:
     try:
         return arg.format(**values)
     except (KeyError, IndexError) as exc:
-        raise DebianError(f"recipe argument {arg!r} uses unknown placeholder {exc}") from exc
+        raise DebianError(f"recipe argument {arg!r} uses unknown placeholder {exc}",
+                          step="recipe") from exc
+
+
+def dep_placeholder(name: str) -> str:
+    return f"dep_{name.replace('-', '_').replace('.', '_')}"
 
 
 def write_build_script(recipe: Recipe, workdir: Path, *, jobs: int,
                        deps: dict[str, Path]) -> Path:
-    """The recipe as a `set -e` shell script in `workdir`, so it runs as one captured build."""
+    """The recipe as a `set -e` shell script in `workdir`, so it runs as one captured build.
+
+    `extra` steps may fail: the script notes them in OPTIONAL_FAILED and goes on."""
     import shlex
 
-    values = {"jobs": str(jobs)}
-    values.update({f"dep_{name.replace('-', '_').replace('.', '_')}": str(path)
-                   for name, path in deps.items()})
-    lines = ["#!/bin/sh", "# Generated by pymlgo: the library build of "
+    values = {"jobs": str(jobs), "src": str(workdir.absolute())}
+    values.update({dep_placeholder(name): str(path) for name, path in deps.items()})
+    lines = ["#!/bin/sh", "# Generated by pymlgo: the build of "
              f"{recipe.package} (recipe {recipe.key()}).", "set -e", "set -x"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in recipe.env]
     if recipe.subdir:
         lines.append(f"cd {shlex.quote(recipe.subdir)}")
     lines += [shlex.join(_expand(a, values) for a in step) for step in recipe.steps]
+    marker = shlex.quote(str(workdir.absolute() / OPTIONAL_FAILED))
+    for step in recipe.extra:
+        cmd = shlex.join(_expand(a, values) for a in step)
+        lines.append(f"{cmd} || echo {shlex.quote(cmd)} >> {marker}")
     script = workdir / "_mlgo_build.sh"
     script.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return script
@@ -329,6 +364,45 @@ def is_built(sub: Path, recipe: Recipe, compiler: Compiler, version: str | None 
             and (version is None or info.get("version") == version))
 
 
+def missing_tools(recipe: Recipe) -> list[str]:
+    """Build programs the recipe runs that are not on PATH."""
+    return [t for t in recipe.tools() if shutil.which(t) is None]
+
+
+def module_language(cmd: bytes) -> str:
+    """"c++" or "c": the `-x` of a module's cc1 command (what clang parsed it as)."""
+    args = cmd.split(b"\0")
+    for i, arg in enumerate(args[:-1]):
+        if arg == b"-x":
+            return "c++" if args[i + 1].startswith(b"c++") else "c"
+    return "c"
+
+
+def count_languages(sub: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in read_description(sub)["modules"]:
+        try:
+            lang = module_language((sub / f"{name}.cmd").read_bytes())
+        except OSError:
+            continue
+        counts[lang] = counts.get(lang, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _merge_into(corpus: Path, extra: Path) -> int:
+    """Move the modules of corpus `extra` into `corpus` (names unchanged); returns how many."""
+    desc = read_description(corpus)
+    names = list(read_description(extra)["modules"])
+    for name in names:
+        for suffix in (".bc", ".cmd"):
+            dest = corpus / f"{name}{suffix}"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(extra / f"{name}{suffix}", dest)
+    desc["modules"] = [*desc["modules"], *names]
+    write_description_dict(corpus, desc)
+    return len(names)
+
+
 def build_package(
     recipe: Recipe,
     source_tree: Path,
@@ -340,73 +414,179 @@ def build_package(
     log_path: Path | None = None,
     build_root: Path | None = None,
     progress: bool = True,
+    unity: bool = True,
 ) -> int:
     """Build `recipe` on a scratch copy of `source_tree`, capturing the corpus at `out`.
 
     The copy is `build_root/<pkg>` (default `<cache>/build/debian/<pkg>`), removed afterwards.
-    Returns the number of modules. Module names are object paths inside the copy; `out` is
-    written completely or not at all (an existing corpus there is replaced).
+    Returns the number of modules. Module names are object paths inside the copy; unity
+    modules are `_unity/...`. `out` is written completely or not at all (it is made in
+    `out/../_staging/<pkg>` and renamed; an existing corpus there is replaced).
     """
     started = time.monotonic()
+    missing = missing_tools(recipe)
+    if missing:
+        apt = sorted({TOOL_PACKAGES.get(t, t) for t in missing})
+        raise DebianError(f"{recipe.package}: build tool(s) not found: {', '.join(missing)}; "
+                          f"install them, e.g. `apt-get install {' '.join(apt)}`", step="tools")
     scratch = Path(build_root) if build_root is not None else cache_root() / "build" / "debian"
     workdir = scratch / recipe.package
+    staging = out.parent / STAGING_DIR / out.name
     # A fixed path, not a random temp dir: the cc1 commands record the build directory, so a
     # rebuild gives the same corpus. A fresh copy each time: the build writes into the tree
     # (configure, in-tree objects), the cache stays pristine, and a rebuild starts clean.
-    if workdir.exists():
-        shutil.rmtree(workdir)
+    for stale in (workdir, staging):
+        if stale.exists():
+            shutil.rmtree(stale)
     workdir.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(source_tree, workdir, symlinks=True)
+    log_path = log_path or scratch / f"{recipe.package}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         script = write_build_script(recipe, workdir, jobs=jobs, deps=deps or {})
-        log_path = log_path or scratch / f"{recipe.package}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         # Configure scripts read these; CMake recipes set their own -Oz per build type.
         env["CFLAGS"] = env["CXXFLAGS"] = OPT_LEVEL
         env.pop("MAKEFLAGS", None)
+        # pkg-config must not hand the build the host's libraries (see debian_recipes).
+        env["PKG_CONFIG_LIBDIR"] = str(workdir / DEPS_DIR / "pkgconfig")
+        env.pop("PKG_CONFIG_PATH", None)
+        exclude = DEFAULT_EXCLUDE + rf"|(^|/){DEPS_DIR}/"
+        if recipe.exclude:
+            exclude += f"|{recipe.exclude}"
         with log_path.open("w") as log:
             try:
                 result = capture(
-                    ["sh", script.name], out, cwd=workdir, target=DEFAULT_TARGET,
+                    ["sh", script.name], staging, cwd=workdir, target=DEFAULT_TARGET,
                     cpu=DEFAULT_CPU, clang=None if compiler.bundled else str(compiler.path),
-                    num_workers=jobs, overwrite=True, progress=progress,
-                    build_output=log.fileno(), env=env,
+                    num_workers=jobs, overwrite=True, progress=False,
+                    build_output=log.fileno(), env=env, exclude=exclude,
                 )
             except CaptureError as exc:
+                log.flush()
                 tail = log_path.read_text(errors="replace")[-2500:]
                 raise DebianError(f"{recipe.package}: {exc}\n--- build log tail "
-                                  f"({log_path}) ---\n{tail}") from exc
-        modules = len(result.extract.modules)
-        if modules == 0:
-            raise DebianError(f"{recipe.package}: the build produced no module\n"
-                              + result.extract.summary())
+                                  f"({log_path}) ---\n{tail}", step="build") from exc
+            modules = len(result.extract.modules)
+            if modules == 0:
+                raise DebianError(f"{recipe.package}: the build produced no module\n"
+                                  + result.extract.summary(), step="extract")
+            optional_failed = []
+            if (workdir / OPTIONAL_FAILED).is_file():
+                optional_failed = (workdir / OPTIONAL_FAILED).read_text().splitlines()
+            unity_info: dict[str, object] = {"modules": 0}
+            if unity and recipe.unity:
+                unity_info = _add_unity(recipe, workdir, staging, compiler, jobs, log)
         info = {
             "package": recipe.package,
             "recipe": recipe.key(),
+            "language": recipe.language,
             "steps": [list(s) for s in recipe.steps],
+            "extra_steps": [list(s) for s in recipe.extra],
+            "optional_steps_failed": optional_failed,
             "subdir": recipe.subdir,
             "note": recipe.note,
             "source": source_tree.name,
             "version": source_version(source_tree),
+            "debian_patches": not (source_tree / "debian" / ORIG_ONLY_MARKER).exists(),
             "compiler": compiler.version,
             "target": DEFAULT_TARGET,
             "cpu": DEFAULT_CPU,
             "opt_level": OPT_LEVEL,
-            "modules": modules,
+            "modules": len(read_description(staging)["modules"]),
+            "languages": count_languages(staging),
+            "unity": unity_info,
             "compiles": result.compiles,
             "build_seconds": round(time.monotonic() - started, 1),
         }
-        (out / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        (staging / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         for pattern in ("COPYING*", "LICENSE*", "debian/copyright"):
             for lic in sorted(source_tree.glob(pattern)):
                 if lic.is_file():
-                    dest = out / "licenses" / lic.name
+                    dest = staging / "licenses" / lic.name
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(lic, dest)
+        if out.exists():
+            shutil.rmtree(out)
+        os.rename(staging, out)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return modules
+        shutil.rmtree(staging, ignore_errors=True)
+    return int(str(info["modules"]))
+
+
+def _add_unity(recipe: Recipe, workdir: Path, corpus: Path, compiler: Compiler, jobs: int,
+               log: Any) -> dict[str, object]:
+    """Compile the build's unity modules and add them to the sub-corpus at `corpus`."""
+    started = time.monotonic()
+    entries = json.loads((corpus / "compile_commands.json").read_text(encoding="utf-8"))
+    print(f"mlgo: unity modules of {recipe.package}", file=log, flush=True)
+    made, counts = build_unity_modules(entries, workdir, compiler, jobs=jobs, log=log)
+    info: dict[str, object] = {"modules": 0, "sources": counts.sources,
+                               "failed_batches": counts.failed_batches}
+    if made:
+        extra = corpus.parent / f"{corpus.name}.unity"
+        try:
+            extract_objects(objects_from_compile_commands(made, obj_base_dir=workdir), extra,
+                            num_workers=jobs, overwrite=True, progress=False)
+            info["modules"] = _merge_into(corpus, extra)
+        finally:
+            shutil.rmtree(extra, ignore_errors=True)
+    info["seconds"] = round(time.monotonic() - started, 1)
+    print(f"mlgo: unity: {info}", file=log, flush=True)
+    return info
+
+
+def _result_from_info(pkg: str, status: str, info: dict[str, object], seconds: float,
+                      log: str) -> PackageResult:
+    langs = info.get("languages")
+    unity = info.get("unity")
+    return PackageResult(
+        pkg, status, int(str(info.get("modules", 0))), seconds, log=log,
+        languages=tuple(sorted((str(k), int(v)) for k, v in langs.items()))
+        if isinstance(langs, dict) else (),
+        unity_modules=int(str(unity.get("modules", 0))) if isinstance(unity, dict) else 0)
+
+
+def _disk_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+    return total
+
+
+def write_summary(out: Path, results: Sequence[PackageResult], wall_seconds: float) -> Path:
+    """`OUT/debian_summary.json`: modules per package, the C/C++ split, failures, time, disk."""
+    langs: dict[str, int] = {}
+    for r in results:
+        for lang, n in r.languages:
+            langs[lang] = langs.get(lang, 0) + n
+    total = sum(r.modules for r in results if r.status != "failed")
+    summary = {
+        "output_dir": str(out),
+        "packages": {r.package: {
+            "status": r.status, "modules": r.modules, "unity_modules": r.unity_modules,
+            "languages": dict(r.languages), "build_minutes": round(r.seconds / 60, 2),
+            **({"step": r.step, "error": r.error[:2000], "log": r.log}
+               if r.status == "failed" else {}),
+        } for r in results},
+        "modules": total,
+        "languages": dict(sorted(langs.items())),
+        "cxx_share": round(langs.get("c++", 0) / total, 4) if total else 0.0,
+        "unity_modules": sum(r.unity_modules for r in results),
+        "built": sorted(r.package for r in results if r.status == "built"),
+        "cached": sorted(r.package for r in results if r.status == "cached"),
+        "failed": {r.package: {"step": r.step, "log": r.log} for r in results
+                   if r.status == "failed"},
+        "build_minutes_total": round(sum(r.seconds for r in results) / 60, 1),
+        "wall_minutes_this_run": round(wall_seconds / 60, 1),
+        "disk_bytes": _disk_bytes(out),
+    }
+    path = out / SUMMARY_FILE
+    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return path
 
 
 def build_debian_corpora(
@@ -418,7 +598,10 @@ def build_debian_corpora(
     on_done: Callable[[PackageResult], None] | None = None,
 ) -> list[PackageResult]:
     """Build each package's sub-corpus under `config.output_dir` (skipping cached ones), going
-    on after failures, then combine all sub-corpora into `config.output_dir`."""
+    on after failures, then combine all sub-corpora into `config.output_dir` and write
+    `debian_summary.json` there."""
+    from tqdm import tqdm
+
     recipes = RECIPES if recipes is None else recipes
     versions = dict(config.versions)
     unknown = [p for p in [*packages, *versions] if p not in recipes]
@@ -431,40 +614,55 @@ def build_debian_corpora(
                                                       progress=config.progress))
     compiler = find_compiler(config.clang)
     out = _mkdir(config.output_dir.absolute())
+    shutil.rmtree(out / STAGING_DIR, ignore_errors=True)  # left by an interrupted run
+    run_started = time.monotonic()
     results: list[PackageResult] = []
-    for i, pkg in enumerate(dict.fromkeys(packages), 1):
+    todo = list(dict.fromkeys(packages))
+    bar = tqdm(todo, desc="packages", unit="pkg", disable=not config.progress, file=sys.stderr,
+               dynamic_ncols=True)
+    for i, pkg in enumerate(bar, 1):
         recipe = recipes[pkg]
         sub = out / pkg
-        tag = f"[{i}/{len(packages)}] {pkg}"
+        tag = f"[{i}/{len(todo)}] {pkg}"
+        log_path = out / LOG_DIR / f"{pkg}.log"
+        bar.set_postfix_str(pkg)
         if is_built(sub, recipe, compiler, versions.get(pkg)):
             info = _read_info(sub) or {}
-            n = int(str(info.get("modules", 0)))
-            _say(config.progress, f"{tag}: cached ({n} modules)")
-            res = PackageResult(pkg, "cached", n, float(str(info.get("build_seconds", 0.0))))
+            res = _result_from_info(pkg, "cached", info,
+                                    float(str(info.get("build_seconds", 0.0))), str(log_path))
+            _say(config.progress, f"{tag}: cached ({res.modules} modules)")
         else:
-            for stale in out.glob(f".{pkg}.*"):  # staging dirs of an interrupted run
-                shutil.rmtree(stale, ignore_errors=True)
             started = time.monotonic()
+            step = "fetch"
             try:
                 tree = fetch(pkg, config.src_cache)
                 deps = {d: fetch(d, config.src_cache) for d in recipe.deps}
+                step = "build"
                 _say(config.progress, f"{tag}: building {tree.name} ({recipe.language}"
                      f"{', ' + recipe.note if recipe.note else ''})")
-                n = build_package(recipe, tree, sub, compiler=compiler, jobs=config.jobs,
-                                  deps=deps, log_path=out / LOG_DIR / f"{pkg}.log",
-                                  build_root=config.build_root, progress=config.progress)
+                build_package(recipe, tree, sub, compiler=compiler, jobs=config.jobs,
+                              deps=deps, log_path=log_path, build_root=config.build_root,
+                              progress=config.progress, unity=config.unity)
                 secs = time.monotonic() - started
-                _say(config.progress, f"{tag}: {n} modules in {secs / 60:.1f} min")
-                res = PackageResult(pkg, "built", n, secs)
-            except (CorpusError, OSError) as exc:
+                res = _result_from_info(pkg, "built", _read_info(sub) or {}, secs,
+                                        str(log_path))
+                _say(config.progress, f"{tag}: {res.modules} modules ({res.unity_modules} "
+                     f"unity) in {secs / 60:.1f} min")
+            except (CorpusError, OSError, subprocess.SubprocessError) as exc:
                 secs = time.monotonic() - started
-                _say(config.progress, f"{tag}: FAILED after {secs / 60:.1f} min: {exc}")
-                res = PackageResult(pkg, "failed", 0, secs, str(exc))
+                where = getattr(exc, "step", "") or step
+                _say(config.progress, f"{tag}: FAILED at {where} after {secs / 60:.1f} min "
+                     f"(log: {log_path}): {str(exc)[:1500]}")
+                res = PackageResult(pkg, "failed", 0, secs, str(exc), step=where,
+                                    log=str(log_path))
         results.append(res)
         if res.status != "failed":
             combine_corpora(out)  # after each package, so a long run is usable early
+        write_summary(out, results, time.monotonic() - run_started)
         if on_done is not None:
             on_done(res)
+    bar.close()
     if any((p / DESCRIPTION_FILE).is_file() for p in out.iterdir() if p.is_dir()):
         combine_corpora(out)
+    write_summary(out, results, time.monotonic() - run_started)
     return results

@@ -1,0 +1,474 @@
+"""Build recipes of the Debian source packages on the training allowlist.
+
+One `Recipe` per package: the argv steps of its build on a fresh copy of the source tree.
+C packages build their library (static, -Oz); C++ packages build as much real code as
+builds offline: library, tools, and tests (their googletest/benchmark come from the cached
+source trees of those allowlisted packages, never from the network or another package).
+Steps in `extra` are best effort: a failing tool or test build keeps what compiled.
+
+Only packages on the allowlist may have a recipe: the others are never-seen test code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+# Bump when the build flags or the layout change for every package: it is in the cache key.
+DEBIAN_FORMAT = 2
+OPT_LEVEL = "-Oz"
+BUILD_DIR = "_mlgo_build"  # out-of-tree build dir of the CMake recipes, inside the copy
+DEPS_DIR = "_deps"  # helper builds of dependencies inside the copy; never in the corpus
+
+Steps = tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to build one source package.
+
+    `steps` run in order (each an argv, no shell) in `subdir` of a fresh copy of the
+    package's source tree, as one captured build; any failing step fails the package.
+    `extra` steps run after them and may fail (tools, tests): what they compiled is kept.
+    Placeholders: `{jobs}` (parallel jobs), `{src}` (the copy's absolute path),
+    `{dep_<pkg>}` (the cached source tree of a package in `deps`; `-` and `.` become `_`).
+    Objects under `_deps/` (helper builds of dependencies) and those matching `exclude`
+    are not corpus modules. `unity`: also build big unity modules from the package's own
+    compiles (see `debian_unity`).
+    """
+
+    package: str
+    language: str  # "c" or "c++": what the package is mostly written in
+    steps: Steps
+    subdir: str = ""
+    deps: tuple[str, ...] = ()
+    note: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+    extra: Steps = ()
+    exclude: str = ""
+    unity: bool = True
+
+    def key(self) -> str:
+        """Cache key of the recipe: any change rebuilds the package."""
+        blob = json.dumps([DEBIAN_FORMAT, asdict(self)], sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def tools(self) -> tuple[str, ...]:
+        """The build programs the steps run (first word of each step), for a clear error
+        before the build when one is missing."""
+        firsts = [s[0] for s in (*self.steps, *self.extra) if s and not s[0].startswith(".")]
+        return tuple(dict.fromkeys(t for t in firsts if "{" not in t and "/" not in t))
+
+
+# Where each build program comes from on Debian/Ubuntu: the message for a missing one.
+TOOL_PACKAGES = {
+    "cmake": "cmake", "make": "make", "meson": "meson", "ninja": "ninja-build",
+    "autoreconf": "autoconf automake libtool autopoint gettext", "perl": "perl",
+    "python3": "python3", "pkg-config": "pkg-config", "sh": "dash", "sed": "sed",
+    "ln": "coreutils", "cp": "coreutils", "mkdir": "coreutils", "rm": "coreutils",
+    "libtoolize": "libtool", "autopoint": "autopoint", "bison": "bison", "flex": "flex",
+    "m4": "m4", "gperf": "gperf",
+}
+
+# Host libraries must not leak into the build: the bundled clang targets a fixed triple and
+# would not find their headers anyway, so a CMake `find_*` that "finds" /usr/include/zlib.h
+# only turns a feature on that then fails to compile. Dependencies come from `deps` instead.
+_HOST_DIRS = ";".join((
+    "/usr/include", "/usr/include/x86_64-linux-gnu", "/usr/local/include", "/usr/lib",
+    "/usr/lib/x86_64-linux-gnu", "/lib", "/lib/x86_64-linux-gnu", "/usr/local/lib",
+    "/usr/lib64", "/lib64", "/usr/share",
+))
+
+
+def cmake_configure(*options: str, source: str = ".", build: str = BUILD_DIR
+                    ) -> tuple[str, ...]:
+    """Configure out of tree as a static MinSizeRel (-Oz) build that ignores host libraries."""
+    return (
+        "cmake", "-S", source, "-B", build, "-G", "Unix Makefiles",
+        "-DCMAKE_BUILD_TYPE=MinSizeRel",
+        f"-DCMAKE_C_FLAGS_MINSIZEREL={OPT_LEVEL} -DNDEBUG",
+        f"-DCMAKE_CXX_FLAGS_MINSIZEREL={OPT_LEVEL} -DNDEBUG",
+        "-DBUILD_SHARED_LIBS=OFF", "-DBUILD_TESTING=OFF",
+        f"-DCMAKE_SYSTEM_IGNORE_PATH={_HOST_DIRS}",
+        "-DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF", "-DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF",
+        *options,
+    )
+
+
+def cmake_build(*targets: str, build: str = BUILD_DIR, keep_going: bool = False
+                ) -> tuple[str, ...]:
+    return ("cmake", "--build", build, "-j", "{jobs}",
+            *(("--target", *targets) if targets else ()), *(("--", "-k") if keep_going else ()))
+
+
+def cmake(*options: str, targets: Sequence[str] = ()) -> Steps:
+    """Configure, then build `targets` (default: all)."""
+    return (cmake_configure(*options), cmake_build(*targets))
+
+
+def _between(steps: Steps, step: tuple[str, ...]) -> Steps:
+    """`step` inserted between CMake's configure and build steps."""
+    configure, build = steps
+    return (configure, step, build)
+
+
+def autotools(*configure: str, make: Sequence[str] = (), autoreconf: bool = False) -> Steps:
+    """`./configure` for a static library (optionally regenerated first), then `make`."""
+    return (
+        *((("autoreconf", "-fi"),) if autoreconf else ()),
+        ("./configure", "--disable-shared", "--enable-static", *configure),
+        ("make", "-j{jobs}", *make),
+    )
+
+
+def shell(script: str) -> tuple[str, ...]:
+    """A step that needs a shell (loops, redirections); keep these rare and short."""
+    return ("sh", "-c", script)
+
+
+def link_dep(dep: str, where: str) -> tuple[str, ...]:
+    """Put a dependency's cached source tree where the package expects its bundled copy."""
+    return shell(f"rm -rf {where} && ln -s {{dep_{dep}}} {where}")
+
+
+# A dependency configured (not compiled) with CMake in _deps/, for generated headers.
+def dep_cmake_configure(dep: str, *options: str) -> tuple[str, ...]:
+    return cmake_configure(*options, source=f"{{dep_{dep}}}", build=f"{DEPS_DIR}/{dep}")
+
+
+_OGG_DEP = dep_cmake_configure("libogg")  # generates ogg/config_types.h
+_OGG_OPTS = ("-DOGG_INCLUDE_DIR={dep_libogg}/include", "-DOGG_LIBRARY={src}/_deps/libogg/libogg.a",
+             "-DCMAKE_C_FLAGS=-I{src}/_deps/libogg/include")
+_ZLIB_OPTS = ("-DZLIB_INCLUDE_DIR={dep_zlib}", "-DZLIB_LIBRARY={dep_zlib}/libz.a")
+
+
+RECIPES: dict[str, Recipe] = {r.package: r for r in (
+    # ---- C: libraries --------------------------------------------------------------------
+    Recipe("zlib", "c", (("./configure", "--static"), ("make", "-j{jobs}", "libz.a"))),
+    Recipe("libpng1.6", "c", cmake(
+        "-DPNG_SHARED=OFF", "-DPNG_STATIC=ON", "-DPNG_TESTS=OFF", "-DPNG_EXECUTABLES=OFF",
+        *_ZLIB_OPTS, targets=("png_static",)), deps=("zlib",),
+        note="zlib headers from the zlib source package (nothing is linked)"),
+    Recipe("expat", "c", _between(cmake(
+        "-DEXPAT_BUILD_TOOLS=OFF", "-DEXPAT_BUILD_EXAMPLES=OFF", "-DEXPAT_BUILD_TESTS=OFF",
+        "-DEXPAT_BUILD_DOCS=OFF", "-DEXPAT_SHARED_LIBS=OFF", "-DEXPAT_BUILD_FUZZERS=OFF",
+        targets=("expat",)),
+        # Debian's security patches test `#if XML_DTD == 1`, as autotools' config.h defines
+        # it; CMake's template defines it empty.
+        ("sed", "-i", "s/^#define XML_DTD$/#define XML_DTD 1/", f"{BUILD_DIR}/expat_config.h"),
+    ), subdir="expat", note="XML_DTD defined to 1 as in Debian's autotools build"),
+    Recipe("pcre2", "c", cmake(
+        "-DPCRE2_BUILD_PCRE2GREP=OFF", "-DPCRE2_BUILD_TESTS=OFF", "-DBUILD_STATIC_LIBS=ON",
+        "-DPCRE2_BUILD_PCRE2_8=ON", "-DPCRE2_BUILD_PCRE2_16=OFF",
+        "-DPCRE2_BUILD_PCRE2_32=OFF"),
+        note="8-bit library and POSIX wrapper; the 16/32-bit builds recompile the same "
+        "sources"),
+    Recipe("pcre3", "c", autotools("--disable-cpp", make=("libpcre.la", "libpcreposix.la")),
+           note="8-bit library and POSIX wrapper, no C++ wrapper"),
+    Recipe("libyaml", "c", cmake("-DINSTALL_CMAKE_DIR=lib/cmake", targets=("yaml",))),
+    Recipe("cjson", "c", cmake(
+        "-DENABLE_CJSON_TEST=OFF", "-DENABLE_CJSON_UTILS=ON", "-DBUILD_SHARED_AND_STATIC_LIBS=OFF",
+        "-DENABLE_CUSTOM_COMPILER_FLAGS=OFF", "-DENABLE_TARGET_EXPORT=OFF",
+        targets=("cjson", "cjson_utils"))),
+    Recipe("jansson", "c", cmake(
+        "-DJANSSON_BUILD_DOCS=OFF", "-DJANSSON_WITHOUT_TESTS=ON", "-DJANSSON_EXAMPLES=OFF",
+        targets=("jansson",))),
+    Recipe("giflib", "c", (("make", "-j{jobs}", f"OFLAGS={OPT_LEVEL}", "libgif.a"),)),
+    Recipe("libwebp", "c", cmake(
+        "-DWEBP_BUILD_ANIM_UTILS=OFF", "-DWEBP_BUILD_CWEBP=OFF", "-DWEBP_BUILD_DWEBP=OFF",
+        "-DWEBP_BUILD_GIF2WEBP=OFF", "-DWEBP_BUILD_IMG2WEBP=OFF", "-DWEBP_BUILD_VWEBP=OFF",
+        "-DWEBP_BUILD_WEBPINFO=OFF", "-DWEBP_BUILD_WEBPMUX=OFF", "-DWEBP_BUILD_EXTRAS=OFF",
+        "-DWEBP_BUILD_LIBWEBPMUX=ON",
+        targets=("webp", "webpdemux", "libwebpmux"))),
+    Recipe("libjpeg-turbo", "c", cmake(
+        "-DENABLE_SHARED=OFF", "-DENABLE_STATIC=ON", "-DWITH_SIMD=OFF", "-DWITH_TURBOJPEG=OFF",
+        targets=("jpeg-static",)),
+        note="no SIMD (its kernels are NASM assembly); libturbojpeg recompiles the same sources"),
+    Recipe("libxml2", "c", cmake(
+        "-DLIBXML2_WITH_PYTHON=OFF", "-DLIBXML2_WITH_ZLIB=OFF", "-DLIBXML2_WITH_LZMA=OFF",
+        "-DLIBXML2_WITH_ICU=OFF", "-DLIBXML2_WITH_TESTS=OFF", "-DLIBXML2_WITH_PROGRAMS=OFF",
+        targets=("LibXml2",)), note="without zlib/lzma/ICU/Python"),
+    Recipe("libxslt", "c", (
+        # libxslt needs a configured and built libxml2: made in _deps/, not in the corpus.
+        shell("cp -r {dep_libxml2} _deps_libxml2 && mkdir -p _deps && mv _deps_libxml2 "
+              "_deps/libxml2"),
+        shell("cd _deps/libxml2 && ./configure --disable-shared --without-python "
+              "--without-zlib --without-lzma --without-icu --without-threads && "
+              "make -j{jobs} libxml2.la"),
+        *autotools("--without-python", "--without-crypto", "--without-debugger",
+                   "--with-libxml-src={src}/_deps/libxml2", make=("-C", "libxslt")),
+        ("make", "-j{jobs}", "-C", "libexslt"),
+    ), deps=("libxml2",), note="libxslt + libexslt, against libxml2 built from its source"),
+    Recipe("openssl", "c", (
+        ("./Configure", "linux-x86_64", "no-asm", "no-shared", "no-module", "no-tests"),
+        ("make", "-j{jobs}", "build_libs"),
+    ), env=(("CFLAGS", OPT_LEVEL),), note="libcrypto + libssl, no assembly"),
+    Recipe("curl", "c", autotools(
+        "--without-ssl", "--without-zlib", "--without-brotli", "--without-zstd",
+        "--without-libpsl", "--without-libidn2", "--without-nghttp2", "--without-libssh2",
+        "--disable-ldap", "--without-librtmp", "--disable-manual", make=("-C", "lib")),
+        note="libcurl without TLS and compression"),
+    Recipe("xz-utils", "c", autotools(
+        "--disable-xz", "--disable-xzdec", "--disable-lzmadec", "--disable-lzmainfo",
+        "--disable-scripts", "--disable-doc", "--disable-nls", make=("-C", "src/liblzma"))),
+    Recipe("libsodium", "c", autotools("--disable-asm", make=("-C", "src/libsodium"),
+                                       autoreconf=True)),
+    Recipe("jq", "c", autotools("--disable-docs", "--disable-maintainer-mode",
+                                "--with-oniguruma=no", "--disable-valgrind", autoreconf=True),
+           note="libjq and jq without regex support (oniguruma)"),
+    Recipe("libonig", "c", cmake(targets=("onig",))),
+    Recipe("libuv1", "c", cmake("-DLIBUV_BUILD_TESTS=OFF", "-DLIBUV_BUILD_BENCH=OFF",
+                                targets=("uv_a",))),
+    Recipe("libevent", "c", cmake(
+        "-DEVENT__DISABLE_OPENSSL=ON", "-DEVENT__DISABLE_TESTS=ON", "-DEVENT__DISABLE_SAMPLES=ON",
+        "-DEVENT__DISABLE_BENCHMARK=ON", "-DEVENT__DISABLE_REGRESS=ON",
+        "-DEVENT__LIBRARY_TYPE=STATIC", "-DEVENT__DISABLE_MBEDTLS=ON")),
+    Recipe("nghttp2", "c", cmake("-DENABLE_LIB_ONLY=ON", "-DENABLE_STATIC_LIB=ON",
+                                 "-DENABLE_SHARED_LIB=OFF", "-DENABLE_DOC=OFF")),
+    Recipe("c-ares", "c", autotools("--disable-tests", make=("-C", "src/lib"))),
+    Recipe("tiff", "c", cmake(
+        "-Dtiff-tools=OFF", "-Dtiff-tests=OFF", "-Dtiff-contrib=OFF", "-Dtiff-docs=OFF",
+        "-Dzlib=OFF", "-Djpeg=OFF", "-Dlzma=OFF", "-Dzstd=OFF", "-Dwebp=OFF", "-Djbig=OFF",
+        "-Dlerc=OFF", "-Dlibdeflate=OFF", "-Dpixarlog=OFF", "-Dold-jpeg=OFF"),
+        note="libtiff (+ the small libtiffxx) without codecs from other libraries"),
+    Recipe("freetype", "c", cmake(
+        "-DFT_DISABLE_ZLIB=ON", "-DFT_DISABLE_BZIP2=ON", "-DFT_DISABLE_PNG=ON",
+        "-DFT_DISABLE_HARFBUZZ=ON", "-DFT_DISABLE_BROTLI=ON", targets=("freetype",))),
+    Recipe("libarchive", "c", cmake(
+        *(f"-DENABLE_{f}=OFF" for f in (
+            "OPENSSL", "LIBXML2", "EXPAT", "LZMA", "ZSTD", "BZip2", "LIBB2", "LZ4", "ZLIB",
+            "ACL", "XATTR", "ICONV", "TEST", "TAR", "CPIO", "CAT", "CNG", "MBEDTLS", "NETTLE",
+            "LZO", "PCREPOSIX", "LibGCC", "WERROR")),
+        targets=("archive_static",)), note="no compression or crypto libraries"),
+    Recipe("lmdb", "c", (("make", "-j{jobs}", f"OPT={OPT_LEVEL}", "CC=cc", "liblmdb.a"),),
+           subdir="libraries/liblmdb"),
+    Recipe("libgit2", "c", cmake(
+        "-DBUILD_TESTS=OFF", "-DBUILD_CLI=OFF", "-DUSE_HTTPS=OFF", "-DUSE_SSH=OFF",
+        "-DUSE_NTLMCLIENT=OFF", "-DUSE_ICONV=OFF", "-DUSE_GSSAPI=OFF", "-DREGEX_BACKEND=regcomp",
+        "-DUSE_HTTP_PARSER=system", *_ZLIB_OPTS, targets=("libgit2package",)), deps=("zlib",)),
+    Recipe("cmark", "c", cmake("-DCMARK_TESTS=OFF", "-DCMARK_SHARED=OFF",
+                               targets=("libcmark_static",))),
+    Recipe("pixman", "c", autotools("--disable-gtk", "--disable-libpng", "--disable-openmp",
+                                    make=("-C", "pixman"))),
+    Recipe("libffi", "c", autotools("--disable-docs", "--disable-multi-os-directory")),
+    Recipe("flac", "c", cmake(
+        "-DBUILD_CXXLIBS=ON", "-DBUILD_PROGRAMS=OFF", "-DBUILD_EXAMPLES=OFF", "-DBUILD_DOCS=OFF",
+        "-DWITH_OGG=OFF", "-DINSTALL_MANPAGES=OFF", targets=("FLAC", "FLAC++")),
+        note="libFLAC and libFLAC++, without Ogg"),
+    Recipe("opus", "c", cmake(targets=("opus",))),
+    Recipe("libogg", "c", cmake(targets=("ogg",))),
+    Recipe("libvorbis", "c", (_OGG_DEP, *cmake(*_OGG_OPTS, targets=("vorbis", "vorbisenc",
+                                                                      "vorbisfile"))),
+           deps=("libogg",), note="libogg headers from the libogg source package"),
+    Recipe("speex", "c", autotools("--disable-binaries", "--without-ogg",
+                                   make=("-C", "libspeex"))),
+    Recipe("libsndfile", "c", cmake(
+        "-DENABLE_EXTERNAL_LIBS=OFF", "-DENABLE_MPEG=OFF", "-DBUILD_PROGRAMS=OFF",
+        "-DBUILD_EXAMPLES=OFF", "-DENABLE_CPACK=OFF", "-DBUILD_REGTEST=OFF",
+        targets=("sndfile",)), note="without FLAC/Vorbis/Opus/MPEG codecs"),
+    Recipe("lzo2", "c", autotools(make=("src/liblzo2.la",))),
+    Recipe("libssh2", "c", (
+        # libssh2 needs a crypto backend: OpenSSL's headers, generated by its Configure.
+        shell("cp -r {dep_openssl} _deps_openssl && mkdir -p _deps && mv _deps_openssl "
+              "_deps/openssl && cd _deps/openssl && ./Configure linux-x86_64 no-asm "
+              "no-shared no-module no-tests >/dev/null && make build_generated >/dev/null"),
+        *cmake("-DCRYPTO_BACKEND=OpenSSL", "-DOPENSSL_INCLUDE_DIR={src}/_deps/openssl/include",
+               "-DOPENSSL_CRYPTO_LIBRARY={src}/_deps/openssl/libcrypto.a",
+               "-DOPENSSL_SSL_LIBRARY={src}/_deps/openssl/libssl.a",
+               "-DENABLE_ZLIB_COMPRESSION=OFF",
+               "-DBUILD_EXAMPLES=OFF", targets=("libssh2",)),
+    ), deps=("openssl",), note="OpenSSL backend, headers from the openssl source package"),
+    Recipe("libzip", "c", cmake(
+        "-DENABLE_COMMONCRYPTO=OFF", "-DENABLE_GNUTLS=OFF", "-DENABLE_MBEDTLS=OFF",
+        "-DENABLE_OPENSSL=OFF", "-DENABLE_WINDOWS_CRYPTO=OFF", "-DENABLE_BZIP2=OFF",
+        "-DENABLE_LZMA=OFF", "-DENABLE_ZSTD=OFF", "-DBUILD_TOOLS=OFF", "-DBUILD_REGRESS=OFF",
+        "-DBUILD_EXAMPLES=OFF", "-DBUILD_DOC=OFF", *_ZLIB_OPTS, targets=("zip",)),
+        deps=("zlib",)),
+    Recipe("json-c", "c", cmake("-DDISABLE_WERROR=ON", "-DBUILD_STATIC_LIBS=ON",
+                                targets=("json-c-static",))),
+    Recipe("libconfig", "c", autotools("--disable-examples", "--disable-tests",
+                                       make=("-C", "lib")),
+           note="libconfig and libconfig++"),
+    Recipe("libtasn1-6", "c", autotools("--disable-doc", "--disable-valgrind-tests",
+                                        make=("-C", "lib"))),
+    Recipe("nettle", "c", autotools("--disable-assembler", "--disable-openssl",
+                                    "--disable-documentation", make=("libnettle.a",)),
+           note="libnettle only (libhogweed needs gmp's generated headers)"),
+    Recipe("gmp", "c", autotools("--disable-assembly", "--disable-cxx"),
+           note="generic C (no assembly); the C++ wrapper is a handful of files"),
+    Recipe("mpfr4", "c", (
+        # mpfr's configure links against gmp: build it from its source in _deps/.
+        shell("cp -r {dep_gmp} _deps_gmp && mkdir -p _deps && mv _deps_gmp _deps/gmp && "
+              "cd _deps/gmp && ./configure --disable-shared --disable-assembly >/dev/null && "
+              "make -j{jobs} >/dev/null"),
+        *autotools("--with-gmp-include={src}/_deps/gmp", "--with-gmp-lib={src}/_deps/gmp/.libs",
+                   make=("-C", "src")),
+    ), deps=("gmp",), note="against gmp built from its source package"),
+    Recipe("libunistring", "c", autotools(make=("-C", "lib"))),
+    Recipe("libidn2", "c", autotools("--disable-doc", "--disable-nls", "--disable-valgrind-tests",
+                                     "--without-libunistring-prefix", make=("-C", "lib"))),
+
+    # ---- C++: libraries, tools, tests -----------------------------------------------------
+    Recipe("fmtlib", "c++", cmake("-DFMT_DOC=OFF", "-DFMT_FUZZ=OFF", "-DFMT_INSTALL=OFF",
+                                  "-DFMT_TEST=OFF", targets=("fmt",)),
+           extra=(cmake_configure("-DFMT_DOC=OFF", "-DFMT_TEST=ON", "-DBUILD_TESTING=ON",
+                                  "-DFMT_PEDANTIC=OFF", "-DFMT_WERROR=OFF"),
+                  cmake_build(keep_going=True)),
+           note="library, then its tests (their gtest is bundled in fmt's test/)"),
+    Recipe("googletest", "c++", cmake("-DBUILD_GMOCK=ON", "-DINSTALL_GTEST=OFF",
+                                      targets=("gtest", "gmock")),
+           extra=(cmake_configure("-DBUILD_GMOCK=ON", "-DINSTALL_GTEST=OFF",
+                                  "-Dgtest_build_tests=ON", "-Dgmock_build_tests=ON",
+                                  "-Dgtest_build_samples=ON"),
+                  cmake_build(keep_going=True)),
+           note="gtest, gmock, then their own tests and samples"),
+    Recipe("snappy", "c++", (
+        link_dep("googletest", "third_party/googletest"),
+        link_dep("benchmark", "third_party/benchmark"),
+        *cmake("-DSNAPPY_INSTALL=OFF", "-DSNAPPY_BUILD_TESTS=OFF",
+               "-DSNAPPY_BUILD_BENCHMARKS=OFF", targets=("snappy",))),
+        extra=(cmake_configure("-DSNAPPY_BUILD_TESTS=ON", "-DSNAPPY_BUILD_BENCHMARKS=ON",
+                               "-DBUILD_TESTING=ON", "-DBENCHMARK_ENABLE_TESTING=OFF",
+                               "-DBENCHMARK_ENABLE_WERROR=OFF", "-DSNAPPY_INSTALL=OFF"),
+               cmake_build(keep_going=True)),
+        deps=("googletest", "benchmark"),
+        note="library, tests and benchmark (googletest/benchmark from their source packages)"),
+    Recipe("leveldb", "c++", (
+        link_dep("googletest", "third_party/googletest"),
+        link_dep("benchmark", "third_party/benchmark"),
+        *cmake("-DLEVELDB_BUILD_TESTS=OFF", "-DLEVELDB_BUILD_BENCHMARKS=OFF",
+               "-DLEVELDB_INSTALL=OFF", targets=("leveldb",))),
+        extra=(cmake_configure("-DLEVELDB_BUILD_TESTS=ON", "-DLEVELDB_BUILD_BENCHMARKS=ON",
+                               "-DBUILD_TESTING=ON", "-DBENCHMARK_ENABLE_TESTING=OFF",
+                               "-DBENCHMARK_ENABLE_WERROR=OFF", "-DLEVELDB_INSTALL=OFF"),
+               cmake_build(keep_going=True)),
+        deps=("googletest", "benchmark"), note="without snappy/crc32c/tcmalloc; with tests"),
+    Recipe("protobuf", "c++", (
+        link_dep("googletest", "third_party/googletest"),
+        *cmake("-Dprotobuf_BUILD_TESTS=OFF", "-Dprotobuf_BUILD_PROTOC_BINARIES=ON",
+               "-Dprotobuf_WITH_ZLIB=OFF", "-Dprotobuf_BUILD_SHARED_LIBS=OFF",
+               "-Dprotobuf_BUILD_LIBPROTOC=ON",
+               targets=("libprotobuf", "libprotobuf-lite", "libprotoc", "protoc"))),
+        extra=(cmake_configure("-Dprotobuf_BUILD_TESTS=ON", "-Dprotobuf_WITH_ZLIB=OFF",
+                               "-Dprotobuf_BUILD_SHARED_LIBS=OFF", "-DBUILD_TESTING=ON",
+                               "-Dprotobuf_USE_EXTERNAL_GTEST=OFF"),
+               cmake_build(keep_going=True)),
+        deps=("googletest",), note="libprotobuf(-lite), libprotoc, protoc, then tests"),
+    Recipe("re2", "c++", cmake("-DRE2_BUILD_TESTING=OFF", targets=("re2",)),
+           note="library (its tests need an installed googletest/benchmark)"),
+    Recipe("abseil", "c++", cmake("-DABSL_PROPAGATE_CXX_STD=ON", "-DCMAKE_CXX_STANDARD=17"),
+           extra=(cmake_configure("-DABSL_PROPAGATE_CXX_STD=ON", "-DCMAKE_CXX_STANDARD=17",
+                                  "-DBUILD_TESTING=ON", "-DABSL_BUILD_TESTING=ON",
+                                  "-DABSL_USE_EXTERNAL_GOOGLETEST=OFF",
+                                  "-DABSL_USE_GOOGLETEST_HEAD=OFF",
+                                  "-DABSL_LOCAL_GOOGLETEST_DIR={dep_googletest}"),
+                  cmake_build(keep_going=True)),
+           deps=("googletest",), note="all libraries, then tests"),
+    Recipe("double-conversion", "c++", cmake(),
+           extra=(cmake_configure("-DBUILD_TESTING=ON"), cmake_build(keep_going=True))),
+    Recipe("gflags", "c++", cmake("-DBUILD_STATIC_LIBS=ON", "-DBUILD_gflags_nothreads_LIB=OFF"),
+           extra=(cmake_configure("-DBUILD_STATIC_LIBS=ON", "-DBUILD_TESTING=ON",
+                                  "-DBUILD_gflags_nothreads_LIB=OFF"),
+                  cmake_build(keep_going=True))),
+    Recipe("google-glog", "c++", cmake("-DWITH_GFLAGS=OFF", "-DWITH_GTEST=OFF",
+                                       "-DWITH_UNWIND=OFF", "-DWITH_PKGCONFIG=OFF"),
+           extra=(cmake_configure("-DWITH_GFLAGS=OFF", "-DWITH_GTEST=OFF", "-DWITH_UNWIND=OFF",
+                                  "-DBUILD_TESTING=ON"), cmake_build(keep_going=True))),
+    Recipe("benchmark", "c++", cmake("-DBENCHMARK_ENABLE_TESTING=OFF",
+                                     "-DBENCHMARK_ENABLE_WERROR=OFF"),
+           extra=(cmake_configure("-DBENCHMARK_ENABLE_TESTING=ON", "-DBENCHMARK_ENABLE_WERROR=OFF",
+                                  "-DBENCHMARK_ENABLE_GTEST_TESTS=OFF", "-DBUILD_TESTING=ON"),
+                  cmake_build(keep_going=True)),
+           note="library, then its tests that need no gtest"),
+    Recipe("flatbuffers", "c++", cmake("-DFLATBUFFERS_BUILD_TESTS=OFF",
+                                       "-DFLATBUFFERS_LIBCXX_WITH_CLANG=OFF",
+                                       "-DFLATBUFFERS_STRICT_MODE=OFF"),
+           extra=(cmake_configure("-DFLATBUFFERS_BUILD_TESTS=ON",
+                                  "-DFLATBUFFERS_LIBCXX_WITH_CLANG=OFF"),
+                  cmake_build(keep_going=True)),
+           note="flatbuffers, flatc, flathash, then tests and samples"),
+    Recipe("capnproto", "c++", cmake("-DWITH_OPENSSL=OFF", "-DWITH_ZLIB=OFF"),
+           extra=(cmake_configure("-DWITH_OPENSSL=OFF", "-DWITH_ZLIB=OFF", "-DBUILD_TESTING=ON"),
+                  cmake_build(keep_going=True)),
+           note="kj, capnp, capnp-rpc, capnp-json, the capnp tool and plugins, then tests"),
+    Recipe("spdlog", "c++", (
+        # Debian's spdlog uses an external fmt: fmt from its source package, in _deps/.
+        dep_cmake_configure("fmtlib", "-DFMT_DOC=OFF", "-DFMT_TEST=OFF", "-DFMT_INSTALL=ON"),
+        cmake_build("fmt", build=f"{DEPS_DIR}/fmtlib"),
+        *cmake("-DSPDLOG_FMT_EXTERNAL=ON", "-Dfmt_DIR={src}/_deps/fmtlib",
+               "-DSPDLOG_BUILD_EXAMPLE=ON", "-DSPDLOG_BUILD_TESTS=OFF")),
+        extra=(cmake_configure("-DSPDLOG_FMT_EXTERNAL=ON", "-Dfmt_DIR={src}/_deps/fmtlib",
+                               "-DSPDLOG_BUILD_EXAMPLE=ON", "-DSPDLOG_BUILD_TESTS=ON",
+                               "-DBUILD_TESTING=ON"), cmake_build(keep_going=True)),
+        deps=("fmtlib",), note="compiled library and example, then tests"),
+    Recipe("zeromq3", "c++", cmake(
+        "-DWITH_LIBSODIUM=OFF", "-DENABLE_CURVE=OFF", "-DWITH_DOCS=OFF", "-DWITH_DOC=OFF",
+        "-DBUILD_SHARED=OFF", "-DBUILD_STATIC=ON", "-DBUILD_TESTS=OFF", "-DWITH_TLS=OFF",
+        "-DWITH_LIBBSD=OFF", "-DENABLE_PRECOMPILED=OFF", "-DENABLE_DRAFTS=OFF"),
+        extra=(cmake_configure(
+            "-DWITH_LIBSODIUM=OFF", "-DENABLE_CURVE=OFF", "-DWITH_DOCS=OFF", "-DWITH_DOC=OFF",
+            "-DBUILD_SHARED=OFF", "-DBUILD_STATIC=ON", "-DBUILD_TESTS=ON", "-DWITH_TLS=OFF",
+            "-DWITH_LIBBSD=OFF", "-DENABLE_PRECOMPILED=OFF", "-DENABLE_DRAFTS=OFF",
+            "-DBUILD_TESTING=ON"), cmake_build(keep_going=True)),
+        note="libzmq and its tools, then tests; no CURVE/TLS"),
+    Recipe("ninja-build", "c++", cmake("-DBUILD_TESTING=ON"),
+           note="ninja, its library, and its own tests (no gtest needed)"),
+    Recipe("taglib", "c++", cmake("-DWITH_ZLIB=OFF", "-DBUILD_EXAMPLES=ON",
+                                  "-DBUILD_BINDINGS=ON"),
+           note="libtag, the C bindings and examples; tests need cppunit"),
+    Recipe("harfbuzz", "c++", cmake("-DHB_BUILD_SUBSET=ON", "-DHB_HAVE_FREETYPE=OFF",
+                                    "-DHB_HAVE_GLIB=OFF", "-DHB_HAVE_ICU=OFF",
+                                    "-DHB_BUILD_TESTS=OFF"),
+           note="harfbuzz and harfbuzz-subset"),
+    Recipe("graphite2", "c++", cmake("-DGRAPHITE2_COMPARE_RENDERER=OFF"),
+           extra=(cmake_configure("-DGRAPHITE2_COMPARE_RENDERER=OFF", "-DBUILD_TESTING=ON"),
+                  cmake_build(keep_going=True))),
+    Recipe("woff2", "c++", (shell(
+        # woff2's encoder and decoder need brotli, which is not on the allowlist: compile
+        # the font-table code that does not include it.
+        "for f in font glyph normalize table_tags transform variable_length woff2_common "
+        "woff2_out; do echo $CXX -std=c++11 " + OPT_LEVEL + " -DNDEBUG -Iinclude -c "
+        "src/$f.cc -o src/$f.o; $CXX -std=c++11 " + OPT_LEVEL + " -DNDEBUG -Iinclude -c "
+        "src/$f.cc -o src/$f.o || exit 1; done"),),
+        note="the font code without brotli (not allowlisted): no encoder/decoder"),
+    Recipe("openexr", "c++", cmake("-DOPENEXR_BUILD_TOOLS=OFF", "-DOPENEXR_INSTALL_EXAMPLES=OFF",
+                                   "-DOPENEXR_FORCE_INTERNAL_IMATH=OFF"),
+           note="needs Imath (not on the allowlist): fails unless Imath is found"),
+    Recipe("libebml", "c++", cmake("-DDISABLE_PKGCONFIG=ON", "-DDISABLE_CMAKE_CONFIG=OFF")),
+    Recipe("libmatroska", "c++", (
+        dep_cmake_configure("libebml", "-DDISABLE_PKGCONFIG=ON"),
+        cmake_build("ebml", build=f"{DEPS_DIR}/libebml"),
+        *cmake("-DEBML_DIR={src}/_deps/libebml", "-DDISABLE_PKGCONFIG=ON")),
+        deps=("libebml",), note="against libebml built from its source package"),
+    Recipe("tinyobjloader", "c++", cmake("-DTINYOBJLOADER_BUILD_TEST_LOADER=ON",
+                                         "-DTINYOBJLOADER_BUILD_OBJ_STICHER=ON")),
+    Recipe("cppcheck", "c++", cmake("-DHAVE_RULES=OFF", "-DUSE_MATCHCOMPILER=OFF",
+                                    "-DBUILD_GUI=OFF", "-DENABLE_OSS_FUZZ=OFF"),
+           extra=(cmake_configure("-DHAVE_RULES=OFF", "-DUSE_MATCHCOMPILER=OFF",
+                                  "-DBUILD_GUI=OFF", "-DENABLE_OSS_FUZZ=OFF",
+                                  "-DBUILD_TESTS=ON", "-DREGISTER_TESTS=OFF"),
+                  cmake_build(keep_going=True)),
+           note="lib, cli, bundled tinyxml2/simplecpp, then testrunner"),
+    Recipe("ccache", "c++", cmake("-DZSTD_FROM_INTERNET=OFF", "-DHIREDIS_FROM_INTERNET=OFF",
+                                  "-DREDIS_STORAGE_BACKEND=OFF", "-DENABLE_TESTING=OFF",
+                                  "-DENABLE_DOCUMENTATION=OFF"),
+           note="needs zstd (not allowlisted)"),
+)}
+
+# Cheap and useful first, the big ones last; C++ interleaved so a partial run is balanced.
+DEFAULT_ORDER = (
+    "zlib", "libpng1.6", "expat", "pcre2", "libyaml", "cjson", "jansson", "giflib", "libwebp",
+    "libjpeg-turbo", "snappy", "leveldb", "fmtlib", "libxml2", "googletest", "openssl",
+    "protobuf",
+    # added with the broad corpus
+    "double-conversion", "gflags", "google-glog", "re2", "lmdb", "cmark", "libogg", "libvorbis",
+    "opus", "flac", "speex", "tinyobjloader", "spdlog", "libebml", "libmatroska", "graphite2",
+    "woff2", "lzo2", "c-ares", "pcre3", "libonig", "libuv1", "json-c", "libconfig", "benchmark",
+    "ninja-build", "taglib", "flatbuffers", "harfbuzz", "xz-utils", "libzip", "libsndfile",
+    "libffi", "pixman", "freetype", "tiff", "libtasn1-6", "libidn2", "jq", "libsodium",
+    "nghttp2", "libevent", "zeromq3", "capnproto", "libxslt", "curl", "libarchive", "libssh2",
+    "cppcheck", "nettle", "libunistring", "gmp", "mpfr4", "abseil", "libgit2", "openexr",
+    "ccache",
+)

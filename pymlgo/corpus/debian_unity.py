@@ -1,0 +1,210 @@
+"""Unity modules: big corpus modules made from a package's own recorded compiles.
+
+Most real modules are small; a policy must also see big ones (many functions, long call
+chains), as unity/amalgamated builds make them. After a package's build, its recorded
+compiles are grouped by their flags (same directory, language and options but the source
+and output), and each group is cut into batches of at most a few hundred KiB of source.
+A batch becomes one file `_unity/...` that `#include`s its sources by absolute path, and is
+compiled with the group's flags, for the same fixed target, with bitcode embedded.
+
+This works for any build system (CMake, autotools, plain make), unlike CMake's
+UNITY_BUILD. Sources that do not compile together (two `static` functions of one name, a
+macro one file leaves behind) make a batch fail: it is split in two and each half tried
+again, down to two sources; what still fails is dropped (its sources are in the corpus as
+ordinary modules anyway). The modules land in the package's sub-corpus as `_unity/...`, so
+their names start with the package and a split never separates them from it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pymlgo.corpus.capture import DEFAULT_CPU, DEFAULT_TARGET, EMBED_FLAGS, target_flags
+from pymlgo.toolchain.compiler import Compiler
+
+UNITY_DIR = "_unity"
+# Per batch: own source bytes (headers not counted) and files. C compiles to roughly a
+# quarter of its source size at -Oz, so 512 KiB of C gives modules well past 64 KiB of code;
+# C++ sources pull in far more from headers and templates, so its batches are half as big.
+BATCH_BYTES = {"c": 512 * 1024, "c++": 256 * 1024}
+BATCH_FILES = 96
+MIN_SOURCES = 2
+# A batch with less source than this is no big module: not worth a second compile.
+MIN_BATCH_BYTES = 24 * 1024
+COMPILE_TIMEOUT = 1800.0
+
+# Per-object options: they name this object's files, not how it is compiled.
+_PER_OBJECT_WITH_VALUE = frozenset({"-o", "-MF", "-MT", "-MQ", "-MJ"})
+_PER_OBJECT = frozenset({"-c", "-MD", "-MMD", "-MP"})
+_C_EXTS = frozenset({".c"})
+_CXX_EXTS = frozenset({".cc", ".cpp", ".cxx", ".c++", ".C"})
+
+
+@dataclass(frozen=True)
+class UnityResult:
+    modules: int  # unity objects compiled
+    sources: int  # sources they cover
+    failed_batches: int  # batches (of >= 2 sources) that never compiled
+
+
+@dataclass(frozen=True)
+class _Group:
+    directory: str
+    lang: str
+    options: tuple[str, ...]
+    sources: tuple[Path, ...]
+    out_dir: str  # the first object's directory relative to the build copy
+
+
+def _strip_options(args: Sequence[str], source: str) -> list[str] | None:
+    """The compile options of a recorded command, without driver, target, embedding and the
+    per-object ones; None when the command is not one plain source compile."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-target", "--target") or arg in _PER_OBJECT_WITH_VALUE:
+            i += 2
+            continue
+        if arg == "-Xclang" and i + 1 < len(args) and args[i + 1].startswith("-fembed-bitcode"):
+            i += 2
+            continue
+        if (arg in _PER_OBJECT or arg == source or arg.startswith(("--target=", "-mcpu=", "-o"))
+                or arg.startswith(("-Wp,-M", "-Werror")) or arg.startswith("-MF")):
+            i += 1
+            continue
+        if arg.startswith("@"):
+            return None  # response files: the options are not all visible here
+        out.append(arg)
+        i += 1
+    return out
+
+
+def plan_groups(entries: Sequence[dict[str, Any]], compiler: Compiler,
+                workdir: Path) -> list[_Group]:
+    """Recorded compiles grouped by everything but their source and object."""
+    groups: dict[tuple[str, str, tuple[str, ...]], list[Path]] = {}
+    out_dirs: dict[tuple[str, str, tuple[str, ...]], str] = {}
+    seen: set[Path] = set()
+    for entry in entries:
+        args = [str(a) for a in entry.get("arguments", ())]
+        if args[:len(compiler.cxx_argv)] == list(compiler.cxx_argv):
+            lang, rest = "c++", args[len(compiler.cxx_argv):]
+        elif args[:len(compiler.cc_argv)] == list(compiler.cc_argv):
+            lang, rest = "c", args[len(compiler.cc_argv):]
+        else:
+            continue
+        directory = str(entry.get("directory", ""))
+        src = Path(directory, str(entry.get("file", "")))
+        ext = src.suffix
+        # The driver decides the language by the extension unless -x says otherwise; keep
+        # only sources whose extension matches, so the unity file's own extension agrees.
+        if (ext not in (_CXX_EXTS if lang == "c++" else _C_EXTS)) or "-x" in rest:
+            continue
+        src = Path(os.path.normpath(src))
+        if src in seen or not src.is_file():
+            continue
+        options = _strip_options(rest, str(entry.get("file", "")))
+        if options is None:
+            continue
+        seen.add(src)
+        key = (directory, lang, tuple(options))
+        groups.setdefault(key, []).append(src)
+        if key not in out_dirs:
+            out = Path(directory, str(entry.get("output", ""))).parent
+            try:
+                out_dirs[key] = out.relative_to(workdir).as_posix()
+            except ValueError:
+                out_dirs[key] = "other"
+    return [_Group(d, lang, opts, tuple(srcs), out_dirs[(d, lang, opts)])
+            for (d, lang, opts), srcs in groups.items() if len(srcs) >= MIN_SOURCES]
+
+
+def batches(group: _Group) -> list[list[Path]]:
+    """Consecutive sources (sorted by path, so neighbours go together) up to the limits."""
+    limit = BATCH_BYTES[group.lang]
+    out: list[list[Path]] = []
+    current: list[Path] = []
+    size = 0
+    for src in sorted(group.sources):
+        n = src.stat().st_size
+        if current and (size + n > limit or len(current) >= BATCH_FILES):
+            out.append(current)
+            current, size = [], 0
+        current.append(src)
+        size += n
+    if current:
+        out.append(current)
+    return [b for b in out if len(b) >= MIN_SOURCES
+            and sum(s.stat().st_size for s in b) >= MIN_BATCH_BYTES]
+
+
+def build_unity_modules(
+    entries: Sequence[dict[str, Any]],
+    workdir: Path,
+    compiler: Compiler,
+    *,
+    jobs: int = 2,
+    log: Any = None,
+) -> tuple[list[dict[str, Any]], UnityResult]:
+    """Compile the unity batches of a build in `workdir` (still holding its build).
+
+    Returns compile_commands entries for the objects made (under `workdir/_unity/`), ready for
+    extraction with `obj_base_dir=workdir`, and counts.
+    """
+    driver_flags = target_flags(compiler, DEFAULT_TARGET, DEFAULT_CPU)
+    groups = plan_groups(entries, compiler, workdir)
+    jobs_list: list[tuple[_Group, list[Path], Path]] = []
+    for group in groups:
+        for k, batch in enumerate(batches(group)):
+            stem = Path(workdir, UNITY_DIR, group.out_dir, f"unity{k}")
+            jobs_list.append((group, batch, stem))
+
+    def compile_batch(group: _Group, batch: list[Path], stem: Path) -> list[dict[str, Any]]:
+        ext = ".cc" if group.lang == "c++" else ".c"
+        src = stem.with_suffix(ext)
+        obj = stem.with_suffix(ext + ".o")
+        src.parent.mkdir(parents=True, exist_ok=True)
+        src.write_text(
+            f"/* pymlgo unity module: {len(batch)} sources compiled as one */\n"
+            + "".join(f'#include "{s}"\n' for s in batch), encoding="utf-8")
+        driver = list(compiler.cxx_argv if group.lang == "c++" else compiler.cc_argv)
+        argv = [*driver, *driver_flags, *EMBED_FLAGS, *group.options, "-c", str(src),
+                "-o", str(obj)]
+        try:
+            proc = subprocess.run(argv, cwd=group.directory, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=COMPILE_TIMEOUT,
+                                  check=False)
+            ok = proc.returncode == 0
+            why = proc.stderr.strip().splitlines()[:3] if not ok else []
+        except subprocess.TimeoutExpired:
+            ok, why = False, ["timed out"]
+        if ok:
+            return [{"directory": group.directory, "arguments": argv, "file": str(src),
+                     "output": str(obj)}]
+        if log is not None:
+            print(f"mlgo unity: {src.relative_to(workdir)} ({len(batch)} sources) failed: "
+                  + " | ".join(why), file=log, flush=True)
+        src.unlink(missing_ok=True)
+        if len(batch) < 2 * MIN_SOURCES or sum(
+                s.stat().st_size for s in batch) < 2 * MIN_BATCH_BYTES:
+            return []
+        # Sources that clash when compiled together: try each half on its own.
+        half = len(batch) // 2
+        return [*compile_batch(group, batch[:half], stem.with_name(stem.name + "a")),
+                *compile_batch(group, batch[half:], stem.with_name(stem.name + "b"))]
+
+    made: list[dict[str, Any]] = []
+    failed = 0
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        for done in pool.map(lambda j: compile_batch(*j), jobs_list):
+            made.extend(done)
+            failed += not done
+    covered = sum(Path(e["file"]).read_text(encoding="utf-8").count("#include") for e in made)
+    return made, UnityResult(modules=len(made), sources=covered, failed_batches=failed)
