@@ -30,8 +30,20 @@ from pymlgo.corpus.debian import (
 from pymlgo.corpus.format import load_corpus
 
 # The training allowlist: these and only these packages may be built into the corpus.
-ALLOWED_C = set(["zlib", "libpng1.6", "expat", "pcre2", "pcre3", "libyaml", "cjson", "jansson", "giflib", "libwebp", "libjpeg-turbo", "libxml2", "libxslt", "openssl", "curl", "xz-utils", "libsodium", "jq", "libonig", "libuv1", "libevent", "nghttp2", "c-ares", "tiff", "freetype", "libarchive", "lmdb", "libgit2", "cmark", "pixman", "libffi", "flac", "opus", "libogg", "libvorbis", "speex", "libsndfile", "lzo2", "libssh2", "libzip", "json-c", "libconfig", "libtasn1-6", "nettle", "gmp", "mpfr4", "libunistring", "libidn2"])
-ALLOWED_CXX = set(["fmtlib", "googletest", "snappy", "leveldb", "protobuf", "re2", "abseil", "double-conversion", "gflags", "google-glog", "benchmark", "flatbuffers", "capnproto", "spdlog", "zeromq3", "ninja-build", "taglib", "harfbuzz", "graphite2", "woff2", "openexr", "libebml", "libmatroska", "tinyobjloader", "cppcheck", "ccache"])
+ALLOWED_C = {
+    "zlib", "libpng1.6", "expat", "pcre2", "pcre3", "libyaml", "cjson", "jansson", "giflib",
+    "libwebp", "libjpeg-turbo", "libxml2", "libxslt", "openssl", "curl", "xz-utils",
+    "libsodium", "jq", "libonig", "libuv1", "libevent", "nghttp2", "c-ares", "tiff",
+    "freetype", "libarchive", "lmdb", "libgit2", "cmark", "pixman", "libffi", "flac", "opus",
+    "libogg", "libvorbis", "speex", "libsndfile", "lzo2", "libssh2", "libzip", "json-c",
+    "libconfig", "libtasn1-6", "nettle", "gmp", "mpfr4", "libunistring", "libidn2",
+}
+ALLOWED_CXX = {
+    "fmtlib", "googletest", "snappy", "leveldb", "protobuf", "re2", "abseil",
+    "double-conversion", "gflags", "google-glog", "benchmark", "flatbuffers", "capnproto",
+    "spdlog", "zeromq3", "ninja-build", "taglib", "harfbuzz", "graphite2", "woff2", "openexr",
+    "libebml", "libmatroska", "tinyobjloader", "cppcheck", "ccache",
+}
 
 # A tiny "source package": a library of two units, a test program that must not be built,
 # and a header it takes from a dependency's source tree.
@@ -257,3 +269,110 @@ def test_the_command_line_passes_a_version_to_apt_get(tmp_path):
         [sys.executable, "-m", "pymlgo.cli.corpus", "debian", "zlib=",
          "--output_dir", str(tmp_path / "c")], capture_output=True, text=True, check=False)
     assert bad.returncode == 1 and "PKG=VERSION" in bad.stderr
+
+
+def test_a_package_that_fails_to_compile_does_not_stop_the_others(
+    src_cache: Path, tmp_path: Path
+) -> None:
+    """With the real compiler: a compile error half-way through one package's build is
+    reported (step, log) and the packages after it still build; the summary says so."""
+    write_tree(src_cache / "bad" / "bad-1.0", {
+        "debian/control": "",
+        "Makefile": "libbad.a: ok.o broken.o\n\tar rcs $@ $^\n"
+                    "%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\n",
+        "ok.c": "int ok(int x) { return x + 1; }\n",
+        "broken.c": "int broken(int x) { return x + ; }\n",
+    })
+    recipes = {**tiny_recipes(), "bad": Recipe("bad", "c", (("make", "libbad.a"),))}
+    out = tmp_path / "corpora"
+    config = DebianConfig(output_dir=out, src_cache=src_cache, build_root=tmp_path / "build",
+                          progress=False)
+    results = build_debian_corpora(["bad", "tiny"], config, recipes=recipes,
+                                   fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    bad, tiny = results
+    assert (bad.status, bad.step, tiny.status, tiny.modules) == ("failed", "build", "built", 2)
+    assert "expected expression" in Path(bad.log).read_text()  # clang's error, in the log
+    assert "broken.c" in bad.error
+    assert [m.name for m in load_corpus(out).modules] == ["tiny/src/add", "tiny/src/mul"]
+    assert not (out / "bad").exists() and not (out / "_staging").exists()
+    summary = json.loads((out / "debian_summary.json").read_text())
+    assert summary["failed"] == {"bad": {"step": "build", "log": bad.log}}
+    assert summary["packages"]["tiny"]["modules"] == 2
+    assert summary["modules"] == 2 and summary["languages"] == {"c": 2}
+    assert summary["disk_bytes"] > 0
+
+
+def _filler(prefix: str, size: int) -> str:
+    """C source of about `size` bytes: many small distinct functions."""
+    lines, i = [], 0
+    while sum(map(len, lines)) < size:
+        lines.append(f"int {prefix}_f{i}(int x) {{ return x * {i + 3} + (x >> {i % 7}); }}\n")
+        i += 1
+    return "".join(lines)
+
+
+def test_unity_modules_belong_to_their_package_and_skip_sources_that_clash(
+    tmp_path: Path
+) -> None:
+    # a.c and b.c both define a static `helper`: they cannot share a unity module.
+    helper = "static int helper(int x) { return x; }\n"
+    files = {"debian/control": "",
+             "Makefile": "OBJS = a.o b.o c.o d.o\nlibu.a: $(OBJS)\n\tar rcs $@ $(OBJS)\n"
+                         "%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\n"}
+    for name in "abcd":
+        files[f"{name}.c"] = (helper if name in "ab" else "") + _filler(name, 26_000)
+    write_tree(tmp_path / "src" / "u" / "u-1.0", files)
+    out = tmp_path / "corpora"
+    config = DebianConfig(output_dir=out, src_cache=tmp_path / "src",
+                          build_root=tmp_path / "build", progress=False)
+    (res,) = build_debian_corpora(["u"], config,
+                                  recipes={"u": Recipe("u", "c", (("make", "libu.a"),))},
+                                  fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    assert res.status == "built", res.error
+    names = [m.name for m in load_corpus(out).modules]
+    unity = [n for n in names if n.startswith("u/_unity/")]
+    assert sorted(set(names) - set(unity)) == ["u/a", "u/b", "u/c", "u/d"]
+    assert len(unity) == 1 and res.unity_modules == 1
+    text = (out / "u" / "compile_commands.json").read_text()
+    assert "/_unity/" not in text  # the package's own compiles only
+    cmd = parse_cmd((out / f"{unity[0]}.cmd").read_bytes())
+    assert cmd[cmd.index("-target-cpu") + 1] == "x86-64" and "-Os" in cmd
+    info = json.loads((out / "u" / INFO_FILE).read_text())
+    assert info["unity"]["modules"] == 1 and info["unity"]["sources"] == 2  # c.c and d.c
+    # Without unity modules, only the package's own.
+    config2 = DebianConfig(output_dir=tmp_path / "plain", src_cache=tmp_path / "src",
+                           build_root=tmp_path / "build", progress=False, unity=False)
+    (res2,) = build_debian_corpora(["u"], config2,
+                                   recipes={"u": Recipe("u", "c", (("make", "libu.a"),))},
+                                   fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    assert (res2.modules, res2.unity_modules) == (4, 0)
+
+
+def test_a_missing_build_tool_is_named_before_the_build(src_cache: Path, tmp_path: Path) -> None:
+    recipes = {"tiny": Recipe("tiny", "c", (("no-such-build-tool", "x"),))}
+    config = DebianConfig(output_dir=tmp_path / "c", src_cache=src_cache,
+                          build_root=tmp_path / "build", progress=False)
+    (res,) = build_debian_corpora(["tiny"], config, recipes=recipes,
+                                  fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    assert (res.status, res.step) == ("failed", "tools")
+    assert "no-such-build-tool" in res.error and "install" in res.error
+
+
+def test_optional_steps_may_fail_and_are_recorded(src_cache: Path, tmp_path: Path) -> None:
+    recipes = {"tiny": Recipe("tiny", "c", (("make", "DEP={dep_dep}", "libtiny.a"),),
+                              deps=("dep",), extra=(("make", "no-such-target"),))}
+    config = DebianConfig(output_dir=tmp_path / "c", src_cache=src_cache,
+                          build_root=tmp_path / "build", progress=False)
+    (res,) = build_debian_corpora(["tiny"], config, recipes=recipes,
+                                  fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    assert res.status == "built" and res.modules == 2
+    info = json.loads((tmp_path / "c" / "tiny" / INFO_FILE).read_text())
+    assert info["optional_steps_failed"] == ["make no-such-target"]
+
+
+def test_cli_help_explains_all_and_unity() -> None:
+    proc = subprocess.run([sys.executable, "-m", "pymlgo.cli.corpus", "debian", "--help"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0
+    for word in ("--all", "--no_unity", "_unity", "debian_summary.json", "abseil", "autoconf"):
+        assert word in proc.stdout

@@ -512,6 +512,8 @@ def build_package(
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            staging.parent.rmdir()  # only when no other package is staged there
     return int(str(info["modules"]))
 
 

@@ -29,10 +29,10 @@ from pymlgo.corpus.capture import DEFAULT_CPU, DEFAULT_TARGET, EMBED_FLAGS, targ
 from pymlgo.toolchain.compiler import Compiler
 
 UNITY_DIR = "_unity"
-# Per batch: own source bytes (headers not counted) and files. C compiles to roughly a
-# quarter of its source size at -Oz, so 512 KiB of C gives modules well past 64 KiB of code;
-# C++ sources pull in far more from headers and templates, so its batches are half as big.
-BATCH_BYTES = {"c": 512 * 1024, "c++": 256 * 1024}
+# Per batch: own source bytes (headers not counted) and files. Measured on libpng: 512 KiB
+# of C gave 45-57 KiB of -Oz code, so C batches take 1 MiB to pass 64 KiB; C++ sources pull
+# in far more from headers and templates, so its batches are smaller.
+BATCH_BYTES = {"c": 1024 * 1024, "c++": 384 * 1024}
 BATCH_FILES = 96
 MIN_SOURCES = 2
 # A batch with less source than this is no big module: not worth a second compile.
@@ -182,7 +182,8 @@ def build_unity_modules(
                                   capture_output=True, text=True, timeout=COMPILE_TIMEOUT,
                                   check=False)
             ok = proc.returncode == 0
-            why = proc.stderr.strip().splitlines()[:3] if not ok else []
+            lines = proc.stderr.strip().splitlines()
+            why = ([ln for ln in lines if "error:" in ln] or lines)[:2] if not ok else []
         except subprocess.TimeoutExpired:
             ok, why = False, ["timed out"]
         if ok:
