@@ -24,6 +24,7 @@ from pymlgo.problems.inlining.compile import channel_flags
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
 from pymlgo.toolchain.compiler import bundled_zig
 from pymlgo.toolchain.elf import text_size
+from pymlgo.toolchain.size import object_size
 from tests.workers_support import processes_mentioning
 
 DATA = Path(__file__).parent / "data"
@@ -159,6 +160,11 @@ def test_default_policy_gives_the_bytes_of_plain_clang(src, level):
     assert (src / "m.o").read_bytes() == (src / "ref.o").read_bytes()
     (rec,) = log_records(log)
     assert rec["served"] and rec["sessions"] == 1 and rec["decisions"] > 0
+    # the log measures the object by the one size definition: every group and metric
+    assert rec["object"] == "m.o"
+    assert rec["object_bytes"] == {**object_size(src / "m.o").groups(),
+                                   **object_size(src / "ref.o").metrics()}
+    assert rec["object_bytes"]["allocated"] > rec["object_bytes"]["text"] > 0
 
 
 def test_leaving_out_clangs_decision_does_not_change_a_policys_output(src, tmp_path):
@@ -197,6 +203,7 @@ def test_other_compiles_pass_through_untouched(src):
     zig_cc("-O2", "-c", "sort.c", "-o", "ref.o", cwd=src)
     assert (src / "m.o").read_bytes() == (src / "ref.o").read_bytes()
     assert log_records(log)[0]["served"] is False
+    assert log_records(log)[0]["object_bytes"]["text"] == object_size(src / "m.o").code
     bad = mlgo_cc("-O2", "-c", "missing.c", cwd=src)
     assert bad.returncode != 0 and "missing.c" in bad.stderr  # the compiler's own error
 

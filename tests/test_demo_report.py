@@ -18,8 +18,9 @@ from pymlgo.train.config import make_config
 from pymlgo.train.trainer import RunOptions
 from tests.test_train_algorithms import TINY_DEMO_MODULES, copy_demo_subset
 
-HEADLINE = re.compile(r"^HELD-OUT: ([+-]\d+\.\d\d)% \.text vs -Oz on (\d+) modules never seen "
-                      r"in training \(([\d,]+) -> ([\d,]+) bytes; [\d.]+ min in total\)$",
+HEADLINE = re.compile(r"^HELD-OUT: ([+-]\d+\.\d\d)% allocated bytes vs -Oz on (\d+) modules "
+                      r"never seen in training \(([\d,]+) -> ([\d,]+) bytes; code only "
+                      r"([+-]\d+\.\d\d)%; [\d.]+ min in total\)$",
                       re.MULTILINE)
 
 
@@ -78,3 +79,5 @@ def test_demo_report_png_json_and_headline_agree(demo_corpus_dir, compiler, tmp_
     assert int(headline.group(2)) == len(ok)
     assert int(headline.group(3).replace(",", "")) == total["baseline_bytes"]
     assert int(headline.group(4).replace(",", "")) == total["policy_bytes"]
+    assert headline.group(5) == f"{total['by_metric']['text']['change'] * 100:+.2f}"
+    assert report["heldout"]["size_metric"] == "allocated"

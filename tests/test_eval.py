@@ -19,12 +19,53 @@ def default_report(demo_corpus_dir, tmp_path_factory) -> dict:
 
 
 def test_json_report_has_the_documented_schema(default_report):
-    assert set(default_report) == {"problem", "policy", "compiler", "modules", "total"}
+    assert set(default_report) == {"problem", "policy", "size_metric", "compiler", "modules",
+                                   "total"}
     assert default_report["problem"] == "inlining"
+    assert default_report["size_metric"] == "allocated"  # the default: what ships
     assert set(default_report["compiler"]) == {"path", "version"}
-    assert set(default_report["total"]) == {"baseline_bytes", "policy_bytes", "change"}
+    total = default_report["total"]
+    assert set(total) == {"baseline_bytes", "policy_bytes", "change", "guarded_bytes",
+                          "guarded_change", "by_group", "by_metric", "by_size_bucket"}
+    assert set(total["by_group"]) == {"code", "rodata", "unwind", "eh_tables", "data"}
+    assert set(total["by_metric"]) == {"allocated", "text", "llvm-size"}
+    assert set(total["by_size_bucket"]) == {"<4KB", "4-16KB", "16-64KB", ">=64KB"}
     for m in default_report["modules"]:
-        assert set(m) == {"name", "baseline_bytes", "policy_bytes", "decisions", "error"}
+        assert set(m) == {"name", "baseline_bytes", "policy_bytes", "decisions", "error",
+                          "baseline", "policy"}
+        for side in ("baseline", "policy"):
+            assert set(m[side]) == {"groups", "metrics", "bss"}
+            # the metric in force is the one the bytes count; allocated = sum of the groups
+            assert m[side]["metrics"]["allocated"] == sum(m[side]["groups"].values())
+            assert m[f"{side}_bytes"] == m[side]["metrics"]["allocated"]
+            assert m[side]["metrics"]["text"] == m[side]["groups"]["code"]
+
+
+def test_every_metric_totals_the_modules_bytes(default_report):
+    modules = default_report["modules"]
+    by_metric = default_report["total"]["by_metric"]
+    for metric in ("allocated", "text", "llvm-size"):
+        assert by_metric[metric]["baseline_bytes"] == sum(
+            m["baseline"]["metrics"][metric] for m in modules)
+    assert by_metric["allocated"]["baseline_bytes"] == default_report["total"]["baseline_bytes"]
+    # the demo's objects carry unwind tables and read-only data beside their code
+    groups = default_report["total"]["by_group"]
+    assert groups["unwind"]["baseline_bytes"] > 0 and groups["rodata"]["baseline_bytes"] > 0
+    buckets = default_report["total"]["by_size_bucket"]
+    assert sum(b["modules"] for b in buckets.values()) == len(modules)
+
+
+def test_text_metric_counts_code_only(demo_corpus_dir, default_report, tmp_path, capsys):
+    out = tmp_path / "text.json"
+    capsys.readouterr()  # not what the fixture's own run printed
+    assert main(["eval", "--corpus", str(demo_corpus_dir), "--policy", "default",
+                 "--size-metric", "text", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "size metric: text" in printed
+    report = json.loads(out.read_text())
+    assert report["size_metric"] == "text"
+    assert report["total"]["baseline_bytes"] == (
+        default_report["total"]["by_metric"]["text"]["baseline_bytes"])
 
 
 def test_default_policy_equals_plain_oz_on_every_module(default_report):
@@ -55,6 +96,24 @@ def test_failed_module_is_reported_and_left_out_of_totals():
     assert report.baseline_total == 100 and report.policy_total == 90
     assert report.to_json()["total"]["change"] == pytest.approx(-0.1)
     assert "1 module(s) failed" in format_table(report)
+
+
+def test_guarded_total_keeps_the_smaller_side_per_module():
+    rows = (ModuleRow("grew", 1000, 1100, 1, None), ModuleRow("shrank", 1000, 800, 1, None))
+    report = EvalReport("inlining", "p", {"path": "clang", "version": "22"}, rows)
+    assert report.change == pytest.approx(-0.05)
+    assert report.guarded_total == 1800
+    assert report.to_json()["total"]["guarded_change"] == pytest.approx(-0.1)
+    assert "guarded" in format_table(report)
+
+
+def test_size_buckets_split_modules_by_their_oz_bytes():
+    rows = (ModuleRow("small", 4095, 4000, 1, None), ModuleRow("big", 65536, 66000, 1, None))
+    report = EvalReport("inlining", "p", {"path": "clang", "version": "22"}, rows)
+    buckets = report.by_bucket()
+    assert buckets["<4KB"]["modules"] == 1 and buckets[">=64KB"]["modules"] == 1
+    assert buckets[">=64KB"]["change"] == pytest.approx(66000 / 65536 - 1)
+    assert buckets["4-16KB"]["modules"] == 0
 
 
 def test_unknown_policy_is_a_clear_cli_error(capsys, demo_corpus_dir):

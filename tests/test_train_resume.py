@@ -12,6 +12,7 @@ import os
 import pickle
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -239,3 +240,32 @@ def test_mlgo_eval_runs_the_trained_policy_on_a_corpus(tiny, uninterrupted, tmp_
     assert len(rows) == len(TINY_DEMO_MODULES) and not any(r["error"] for r in rows)
     assert sum(r["decisions"] for r in rows) > 150  # the policy answered clang's questions
     assert data["total"]["baseline_bytes"] > 0 and data["total"]["policy_bytes"] > 0
+
+
+def test_a_run_refuses_to_resume_under_another_size_metric(tiny, uninterrupted, tmp_path):
+    out = tmp_path / "copy"
+    shutil.copytree(uninterrupted, out)
+    done = subprocess.run(mlgo_train(*tiny, out, "--no-tensorboard", "--size-metric", "text"),
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "size metric 'allocated'" in done.stderr and "measures 'text'" in done.stderr
+    assert "--size-metric allocated" in done.stderr  # and says how to resume it
+    assert "Traceback" not in done.stderr
+    # the policy the run saved names the metric it was trained and chosen by
+    doc = json.loads((uninterrupted / "best" / "policy.json").read_text())
+    assert doc["hyperparameters"]["size_metric"] == "allocated"
+    assert doc["hyperparameters"]["config"]["size_metric"] == "allocated"
+
+
+def test_a_run_from_before_size_metrics_resumes_only_as_text(tiny, uninterrupted, tmp_path):
+    out = tmp_path / "legacy"
+    shutil.copytree(uninterrupted, out)
+    for name in ("checkpoint.pkl", "setup.pkl"):  # as a run written before the metric existed
+        data = pickle.loads((out / name).read_bytes())
+        recorded = data["config"] if name == "checkpoint.pkl" else data.identity
+        del recorded["size_metric"]
+        (out / name).write_bytes(pickle.dumps(data))
+    done = subprocess.run(mlgo_train(*tiny, out, "--no-tensorboard"), capture_output=True,
+                          text=True)
+    assert done.returncode == 2
+    assert "size metric 'text' (it predates size metrics)" in done.stderr

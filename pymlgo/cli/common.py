@@ -76,6 +76,15 @@ def resolve_corpus(spec: str, *, command_override: Sequence[str] | None = None,
                        clang=clang)
 
 
+def add_size_metric_arg(p: argparse.ArgumentParser) -> None:
+    from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, METRIC_HELP, SIZE_METRICS
+
+    p.add_argument("--size-metric", "--size_metric", dest="size_metric", default=None,
+                   choices=SIZE_METRICS, metavar="METRIC",
+                   help=f"what an object's size counts (default: {DEFAULT_SIZE_METRIC}): "
+                   f"{METRIC_HELP}")
+
+
 def add_flag_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "compile flags",

@@ -33,8 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "split it into train / validation / held-out modules, behaviour-clone clang's "
             "-Oz inlining heuristic and improve on it with evolution strategies for a few "
             "minutes, then compile the held-out modules with the best policy and report "
-            "their total .text size against plain -Oz (OUTPUT_DIR/report.md, a PNG plot, "
-            "and JSON). Rerunning reuses the finished training run in OUTPUT_DIR/train."
+            "their total size (every allocated section) against plain -Oz "
+            "(OUTPUT_DIR/report.md, a PNG plot, and JSON). Rerunning reuses the finished "
+            "training run in OUTPUT_DIR/train."
         ),
     )
     p.add_argument("--output_dir", "--output-dir", dest="output_dir", type=Path,
@@ -87,7 +88,7 @@ def train_and_evaluate(config: TrainConfig, corpus: Corpus, out: Path, options: 
         result = train(config, corpus, out / "train", options=options, executor=executor)
         policy = load_policy_dir(result.best_dir)
         spec = WorkSpec(clang=None if compiler.bundled else str(compiler.path),
-                        timeout=options.timeout)
+                        timeout=options.timeout, size_metric=config.size_metric)
         print("mlgo demo: evaluating the best policy on held-out and training modules",
               file=sys.stderr, flush=True)
         heldout = evaluate(executor, compiler, corpus_jobs(corpus, result.split.heldout),
@@ -127,11 +128,14 @@ def write_demo_report(out: Path, outcome: DemoOutcome, *, corpus_label: str, cor
                       "best_validation_change": result.best_validation_change}},
         indent=2) + "\n")
     print(f"report: {report}")
-    print(f"training modules: {trained.change:+.2%} .text vs -Oz "
-          f"({trained.baseline_total:,} -> {trained.policy_total:,} bytes)")
-    print(f"HELD-OUT: {heldout.change:+.2%} .text vs -Oz on {len(heldout.ok_modules)} modules "
-          f"never seen in training ({heldout.baseline_total:,} -> {heldout.policy_total:,} "
-          f"bytes; {(time.monotonic() - started) / 60:.1f} min in total)")
+    metric = heldout.size_metric
+    print(f"training modules: {trained.change:+.2%} {metric} bytes vs -Oz "
+          f"({trained.baseline_total:,} -> {trained.policy_total:,} bytes; code only "
+          f"{trained.by_metric()['text']['change']:+.2%})")
+    print(f"HELD-OUT: {heldout.change:+.2%} {metric} bytes vs -Oz on {len(heldout.ok_modules)} "
+          f"modules never seen in training ({heldout.baseline_total:,} -> "
+          f"{heldout.policy_total:,} bytes; code only {heldout.by_metric()['text']['change']:+.2%}"
+          f"; {(time.monotonic() - started) / 60:.1f} min in total)")
     return 0 if heldout.ok_modules else 1
 
 

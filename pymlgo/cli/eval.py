@@ -12,6 +12,7 @@ from pymlgo.evaluate.eval import corpus_jobs, evaluate, format_table
 from pymlgo.policy.store import load_policy
 from pymlgo.protocol.features import FeatureMismatchError
 from pymlgo.toolchain.compiler import CompilerError, find_compiler
+from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
 from pymlgo.workers import make_executor
 from pymlgo.workers.protocol import WorkSpec
 
@@ -19,13 +20,16 @@ from pymlgo.workers.protocol import WorkSpec
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval",
-        help="compare a policy's .text size with plain -Oz on a corpus",
+        help="compare a policy's object sizes with plain -Oz on a corpus",
         description=(
             "Compile every module of a corpus twice: with plain -Oz (the baseline, cached per "
             "module and compiler) and with POLICY answering clang's inliner through the "
-            "interactive channel. Prints a per-module table and the total change "
-            "(policy/baseline - 1). A module that fails or times out is reported and left "
-            "out of the totals."
+            "interactive channel. Sizes count what ships by default: every allocated section "
+            "of the object, unwind tables included (--size-metric). Prints a per-module "
+            "table (with the code and unwind-table deltas), the total change "
+            "(policy/baseline - 1), the totals by section group, by every size metric and "
+            "by module size, and the guarded total (per module the smaller of policy and "
+            "-Oz). A module that fails or times out is reported and left out of the totals."
         ),
     )
     common.add_corpus_arg(p)
@@ -44,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic policies")
     p.add_argument("--json", type=Path, default=None, metavar="OUT",
                    help="also write the full report as JSON to OUT")
+    common.add_size_metric_arg(p)
     common.add_worker_args(p)
     common.add_compiler_args(p)
     common.add_flag_args(p)
@@ -79,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     jobs = corpus_jobs(corpus)
     spec = WorkSpec(problem=args.problem, clang=str(compiler.path) if not compiler.bundled
                     else None, timeout=args.timeout, memory_mb=args.memory_limit,
-                    edits=flags.flag_edits())
+                    edits=flags.flag_edits(),
+                    size_metric=args.size_metric or DEFAULT_SIZE_METRIC)
     bar, on_result = common.progress(2 * len(jobs), f"eval {policy.name}")
     try:
         with make_executor(args.cluster, common.default_workers(args.workers)) as executor:

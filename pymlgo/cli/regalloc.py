@@ -41,7 +41,8 @@ def run_eval(args: argparse.Namespace) -> int:
         return 2
     jobs = corpus_jobs(corpus)
     spec = WorkSpec(problem="regalloc", clang=None if compiler.bundled else str(compiler.path),
-                    timeout=args.timeout)
+                    timeout=args.timeout,
+                    **({"size_metric": args.size_metric} if args.size_metric else {}))
     bar, on_result = common.progress(2 * len(jobs), f"eval regalloc {policy.name}")
     try:
         with make_executor(args.cluster, common.default_workers(args.workers)) as executor:

@@ -58,6 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="which optimization the policy drives (default: inlining)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic policies")
+    common.add_size_metric_arg(p)
     common.add_worker_args(p)
     common.add_compiler_args(p)
     common.add_flag_args(p)
@@ -102,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         clang=None if compiler.bundled else str(compiler.path),
         timeout=args.timeout,
         edits=flags.flag_edits(),
+        **({"size_metric": args.size_metric} if args.size_metric else {}),
     )
     metadata = {"policy_spec": args.policy, "seed": args.seed, "corpus": str(args.corpus)}
     if override is not None:  # so `mlgo train --traces` can refuse other flags

@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Train an inlining-for-size policy on the training split of a corpus. Every "
             "iteration is checkpointed to OUTPUT_DIR; rerunning the same command on an "
             "OUTPUT_DIR that holds a checkpoint resumes it. The policy with the smallest "
-            "total .text on the validation split is kept in OUTPUT_DIR/best, the last one in "
+            "total size (--size-metric; default: every allocated section, what ships) on "
+            "the validation split is kept in OUTPUT_DIR/best, the last one in "
             "OUTPUT_DIR/final (use either with `mlgo eval --policy DIR`). Scalars go to "
             "OUTPUT_DIR/scalars.jsonl and, with tensorboard installed, to "
             "OUTPUT_DIR/tensorboard. A run bounded by --iterations (not --time-budget) "
@@ -82,6 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "cost from its remarks; writes best/, final/, scalars.jsonl, split.json")
     p.add_argument("--no-tensorboard", dest="tensorboard", action="store_false",
                    help="write scalars.jsonl only")
+    common.add_size_metric_arg(p)
     common.add_worker_args(p)
     common.add_compiler_args(p)
     common.add_flag_args(p)
@@ -113,6 +115,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         data["vocab"] = args.vocab
     if args.traces is not None:
         data["traces"] = args.traces
+    if args.size_metric is not None:
+        data["size_metric"] = args.size_metric
     flags = common.flag_values(args)
     if flags:
         table = data.get("compile", {})
@@ -133,9 +137,10 @@ def run(args: argparse.Namespace) -> int:
 
         if (args.partial_rewards not in (None, "none") or args.ir2native_model is not None
                 or args.vocab is not None or args.traces is not None
-                or common.has_flag_args(args)):
-            print("mlgo train: --partial-rewards, --ir2native-model, --vocab, --traces and "
-                  "the compile flag options apply to --problem inlining only", file=sys.stderr)
+                or args.size_metric is not None or common.has_flag_args(args)):
+            print("mlgo train: --partial-rewards, --ir2native-model, --vocab, --traces, "
+                  "--size-metric and the compile flag options apply to --problem inlining "
+                  "only (regalloc learns from the allocator's spill costs)", file=sys.stderr)
             return 2
 
         return run_train(args)

@@ -303,6 +303,36 @@ def _advisor(decide: Any, required: Sequence[str], stats: ServeStats) -> Any:
     return advise
 
 
+def object_path(inv: Invocation) -> str | None:
+    """The object a single-source `-c` compile writes (`-o X`, or the source's stem + .o in
+    the working directory); None for links and multi-source commands."""
+    args = inv.compiler_args
+    if "-c" not in args or len(inv.sources) != 1:
+        return None
+    out = None
+    for i, arg in enumerate(args):
+        if arg == "-o" and i + 1 < len(args):
+            out = args[i + 1]
+        elif arg.startswith("-o") and len(arg) > 2:
+            out = arg[2:]
+    return out or Path(inv.sources[0]).with_suffix(".o").name
+
+
+def _object_record(inv: Invocation) -> dict[str, object]:
+    """The log's `object` and `object_bytes` (by group and by size metric, as
+    `toolchain.size` counts them) of the object a compile wrote, when there is one."""
+    path = object_path(inv)
+    if path is None:
+        return {}
+    from pymlgo.toolchain.size import NotELFError, object_size
+
+    try:
+        sizes = object_size(path)
+    except (OSError, NotELFError):  # -o /dev/null, a non-ELF target: nothing to measure
+        return {"object": path}
+    return {"object": path, "object_bytes": {**sizes.groups(), **sizes.metrics()}}
+
+
 def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: float) -> None:
     path = inv.env.get(LOG_ENV)
     if not path:
@@ -315,6 +345,8 @@ def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: fl
            "decisions": (stats.decisions if stats else 0) if counted else None,
            "inlined": (stats.inlined if stats else 0) if counted else None,
            "returncode": returncode, "seconds": round(seconds, 4)}
+    if returncode == 0:
+        rec.update(_object_record(inv))
     # One short O_APPEND write per line: parallel make jobs do not interleave lines.
     with open(path, "a") as f:
         f.write(json.dumps(rec) + "\n")

@@ -75,20 +75,22 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
     from pymlgo.toolchain.compiler import find_compiler
     from pymlgo.train import config as cfg
     from pymlgo.train.trainer import make_split
-    from pymlgo.workers import make_executor
+    from pymlgo.workers import WorkSpec, make_executor
 
     config = cfg.from_dict(cfg.TrainConfig, cfg.read_toml(config_path))
     corpus = common.resolve_corpus(corpus_spec)
     split = make_split(config, corpus)
     compiler = find_compiler(None)
     policy = load_policy_dir(policy_dir)
-    out: dict[str, Any] = {"compiler": compiler.describe()}
+    out: dict[str, Any] = {"compiler": compiler.describe(), "size_metric": config.size_metric}
+    spec = WorkSpec(size_metric=config.size_metric)
     with make_executor(None, common.default_workers(workers)) as ex:
         for name, modules in (("train", split.train), ("validation", split.validation),
                               ("heldout", split.heldout)):
-            rep = evaluate(ex, compiler, corpus_jobs(corpus, modules), policy)
+            rep = evaluate(ex, compiler, corpus_jobs(corpus, modules), policy, spec=spec)
             out[name] = {"modules": len(rep.ok_modules), "baseline_bytes": rep.baseline_total,
-                         "policy_bytes": rep.policy_total, "change": rep.change}
+                         "policy_bytes": rep.policy_total, "change": rep.change,
+                         "by_metric": rep.by_metric(), "by_group": rep.by_group()}
     return out
 
 

@@ -28,6 +28,7 @@ from pymlgo.protocol.channel import ChannelError
 from pymlgo.protocol.log import Header, Observation
 from pymlgo.protocol.tensor_spec import TensorSpec
 from pymlgo.toolchain.compiler import Compiler, find_compiler
+from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
 
 DEMO_CORPUS = "demo"
 
@@ -35,10 +36,12 @@ DEMO_CORPUS = "demo"
 @dataclass(frozen=True)
 class EnvConfig:
     """timeout: seconds the compiler may take per request (and for the final compile
-    phase); header_probes: modules tried when reading the feature header at construction."""
+    phase); header_probes: modules tried when reading the feature header at construction;
+    size_metric: what the episode's size counts (`toolchain.size`)."""
 
     timeout: float = 300.0
     header_probes: int = 5
+    size_metric: str = DEFAULT_SIZE_METRIC
 
 
 def load_jobs(

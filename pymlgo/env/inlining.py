@@ -3,8 +3,9 @@
 Observation: every feature of the compiler's header except `inlining_default` (a `Dict` of
 `Box`es, raw values); that one is `info["default_action"]`, clang's own decision, so an
 agent can imitate or deviate from it. Action: `Discrete(2)`, 1 = inline. The final reward
-is MLGO's `1 - size / baseline` in `.text` bytes, the baseline being the module's plain
--Oz size (the same cached number `mlgo eval` compares with).
+is MLGO's `1 - size / baseline` in bytes of `EnvConfig.size_metric` (default: every
+allocated section), the baseline being the module's plain -Oz size (the same cached number
+`mlgo eval` compares with).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pymlgo.evaluate.baseline import BaselineCache, baseline_key
 from pymlgo.problems.base import CompileJob
 from pymlgo.problems.inlining.compile import OPT_LEVEL, channel_flags, compile_baseline
 from pymlgo.protocol.log import Header, Observation
-from pymlgo.toolchain.elf import text_size
+from pymlgo.toolchain.size import object_size
 from pymlgo.workers.protocol import WorkSpec
 
 DEFAULT_FEATURE = "inlining_default"
@@ -36,7 +37,8 @@ class InliningEnv(CompilerEnv):
         super().__init__(*args, **kwargs)
         self._cache = BaselineCache()
         self._spec = WorkSpec(problem="inlining",
-                              clang=None if self.compiler.bundled else str(self.compiler.path))
+                              clang=None if self.compiler.bundled else str(self.compiler.path),
+                              size_metric=self.config.size_metric)
 
     def command(self, job: CompileJob, session: CompilerSession) -> list[str]:
         bc, obj = session.tmp / "module.bc", session.tmp / "module.o"
@@ -63,22 +65,23 @@ class InliningEnv(CompilerEnv):
         return action, False
 
     def baseline_size(self, job: CompileJob) -> int:
-        """The module's plain -Oz `.text` bytes (disk cache shared with `mlgo eval`)."""
+        """The module's plain -Oz bytes by the configured size metric (disk cache shared
+        with `mlgo eval`)."""
         if job.module in self._baselines:
             return self._baselines[job.module]
         key = baseline_key(self.compiler, self._spec, job)
-        size = self._cache.get(key)
-        if size is None:
+        sizes = self._cache.get(key)
+        if sizes is None:
             res = compile_baseline(self.compiler, job, timeout=self.config.timeout)
-            if res.size is None:
+            if res.sizes is None:
                 raise RuntimeError(f"-Oz baseline of {job.module} failed: {res.error}")
-            size = res.size
-            self._cache.put(key, size)
-        self._baselines[job.module] = size
+            sizes = res.sizes
+            self._cache.put(key, sizes)
+        size = self._baselines[job.module] = sizes.metric(self.config.size_metric)
         return size
 
     def final_info(self, job: CompileJob, session: CompilerSession) -> tuple[float, dict[str, Any]]:
-        size = text_size(session.tmp / "module.o")
+        size = object_size(session.tmp / "module.o").metric(self.config.size_metric)
         baseline = self.baseline_size(job)
         # A module without code (only data) is 0 bytes either way: no change.
         change = size / baseline - 1.0 if baseline else 0.0

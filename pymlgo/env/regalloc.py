@@ -35,7 +35,7 @@ from pymlgo.problems.regalloc.remarks import read_remarks, remark_file
 from pymlgo.problems.regalloc.reward import relative_change
 from pymlgo.protocol.features import select_features
 from pymlgo.protocol.log import Header, Observation
-from pymlgo.toolchain.elf import text_size
+from pymlgo.toolchain.size import object_size
 from pymlgo.workers.protocol import WorkSpec
 
 
@@ -48,7 +48,8 @@ class RegallocEvictionEnv(CompilerEnv):
         self._mask_at = select_features(self.header.features, [MASK_FEATURE])[0]
         self._cache = RegallocBaselineCache()
         self._spec = WorkSpec(problem=PROBLEM,
-                              clang=None if self.compiler.bundled else str(self.compiler.path))
+                              clang=None if self.compiler.bundled else str(self.compiler.path),
+                              size_metric=self.config.size_metric)
 
     def command(self, job: CompileJob, session: CompilerSession) -> list[str]:
         bc, obj = session.tmp / "module.bc", session.tmp / "module.o"
@@ -84,7 +85,8 @@ class RegallocEvictionEnv(CompilerEnv):
         key = baseline_key(self.compiler, self._spec, job)
         res = self._cache.get(key, job.module)
         if res is None:
-            res = compile_baseline(self.compiler, job, timeout=self.config.timeout)
+            res = compile_baseline(self.compiler, job, timeout=self.config.timeout,
+                                   size_metric=self.config.size_metric)
             if res.size is None:
                 raise RuntimeError(f"stock-advisor baseline of {job.module} failed: {res.error}")
             self._cache.put(key, res)
@@ -92,7 +94,7 @@ class RegallocEvictionEnv(CompilerEnv):
         return res
 
     def final_info(self, job: CompileJob, session: CompilerSession) -> tuple[float, dict[str, Any]]:
-        size = text_size(session.tmp / "module.o")
+        size = object_size(session.tmp / "module.o").metric(self.config.size_metric)
         cost = read_remarks(remark_file(session.tmp)).total.weighted_cost()
         base = self.baseline(job)
         base_cost = float(base.extra[COST_KEY])

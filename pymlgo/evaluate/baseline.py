@@ -1,4 +1,4 @@
-"""Plain -Oz sizes per module, cached on disk by (compiler, command, bitcode)."""
+"""Plain -Oz sizes per module, cached on disk by (compiler, command, size metric, bitcode)."""
 
 from __future__ import annotations
 
@@ -14,21 +14,23 @@ from pathlib import Path
 from pymlgo.corpus.demo import cache_root
 from pymlgo.problems.base import CompileJob, ModuleResult
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.size import ObjectSize
 from pymlgo.workers.protocol import Executor, WorkSpec, unreadable_result
 
 # What pymlgo itself does between a recorded module and its measured size: the command
 # `corpus.command.recompile_args` makes (dropped flags, the forced -Oz), the problems' baseline
 # compile flags, and how the object is measured. Bump it whenever any of these changes for
 # an unchanged module, or cached baselines measured the old way would be reused.
-BASELINE_RECIPE_VERSION = 1
+# 2: entries hold the object's bytes by section group (`toolchain.size`), keyed by metric.
+BASELINE_RECIPE_VERSION = 2
 
 
 def baseline_key(compiler: Compiler, spec: WorkSpec, job: CompileJob) -> str:
-    """Changes whenever the baseline could: pymlgo's recipe, compiler build, problem, flags,
-    bitcode."""
+    """Changes whenever the baseline could: pymlgo's recipe, compiler build, problem, size
+    metric, flags, bitcode."""
     h = hashlib.sha256()
     for part in (f"recipe{BASELINE_RECIPE_VERSION}", compiler.identity, spec.problem,
-                 repr(spec.edits), "\0".join(job.cmd)):
+                 f"metric:{spec.size_metric}", repr(spec.edits), "\0".join(job.cmd)):
         h.update(part.encode())
         h.update(b"\0")
     h.update(job.bitcode)
@@ -41,18 +43,18 @@ class BaselineCache:
     def __init__(self, root: Path | None = None) -> None:
         self.root = (root or cache_root()) / "baselines"
 
-    def get(self, key: str) -> int | None:
+    def get(self, key: str) -> ObjectSize | None:
         try:
-            return int(json.loads((self.root / f"{key}.json").read_text())["size"])
-        except (OSError, ValueError, KeyError):
+            return ObjectSize.from_json(json.loads((self.root / f"{key}.json").read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def put(self, key: str, size: int) -> None:
+    def put(self, key: str, sizes: ObjectSize) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump({"size": size}, f)
+                json.dump(sizes.to_json(), f)
             os.replace(tmp, self.root / f"{key}.json")
         except BaseException:  # e.g. disk full: leave no temp file behind
             Path(tmp).unlink(missing_ok=True)
@@ -82,15 +84,16 @@ def baseline_results(
         except OSError as exc:  # its file went away since the corpus was loaded
             yield unreadable_result(job, exc)
             continue
-        size = cache.get(keys[job.module])
-        if size is None:
+        sizes = cache.get(keys[job.module])
+        if sizes is None:
             missing.append(job)
         else:
-            yield ModuleResult(job.module, size, extra={"cached": 1.0})
+            yield ModuleResult(job.module, sizes.metric(base_spec.size_metric),
+                               extra={"cached": 1.0}, sizes=sizes)
     if missing:
         for res in executor.run(base_spec, missing):
-            if res.ok and res.size is not None:
-                cache.put(keys[res.module], res.size)
+            if res.ok and res.sizes is not None:
+                cache.put(keys[res.module], res.sizes)
             yield res
 
 
@@ -101,7 +104,8 @@ def baseline_sizes(
     *,
     spec: WorkSpec | None = None,
 ) -> dict[str, int]:
-    """Module -> -Oz .text bytes; modules whose baseline failed are left out."""
+    """Module -> -Oz bytes by `spec.size_metric`; modules whose baseline failed are left
+    out."""
     return {
         r.module: r.size
         for r in baseline_results(executor, list(jobs), compiler, spec=spec)

@@ -10,22 +10,50 @@ from pymlgo.corpus.format import Corpus
 from pymlgo.evaluate.baseline import baseline_results
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, GROUPS, ObjectSize, total
 from pymlgo.workers.protocol import Executor, WorkSpec
+
+_METRIC_WORDS = {"allocated": "every allocated section: code, read-only data, unwind and "
+                 "exception tables, data", "text": "executable sections only",
+                 "llvm-size": "llvm-size's Berkeley text column"}
+
+
+# Module-size buckets of the reports, by the -Oz size in the metric in force: big single
+# translation units (amalgamations, unity builds) behave unlike small ones.
+SIZE_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
+    ("<4KB", 0, 4096), ("4-16KB", 4096, 16384), ("16-64KB", 16384, 65536),
+    (">=64KB", 65536, None))
+
+
+def _change(base: int, new: int) -> float:
+    return new / base - 1.0 if base else 0.0
 
 
 @dataclass(frozen=True)
 class ModuleRow:
     name: str
-    baseline_bytes: int | None
+    baseline_bytes: int | None  # by the report's size metric
     policy_bytes: int | None
     decisions: int
     error: str | None
+    baseline_sizes: ObjectSize | None = None  # by section group
+    policy_sizes: ObjectSize | None = None
 
     @property
     def change(self) -> float | None:
         if self.error or not self.baseline_bytes or self.policy_bytes is None:
             return None
         return self.policy_bytes / self.baseline_bytes - 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        def detail(sizes: ObjectSize | None) -> dict[str, Any] | None:
+            return None if sizes is None else {"groups": sizes.groups(),
+                                               "metrics": sizes.metrics(), "bss": sizes.bss}
+
+        return {"name": self.name, "baseline_bytes": self.baseline_bytes,
+                "policy_bytes": self.policy_bytes, "decisions": self.decisions,
+                "error": self.error, "baseline": detail(self.baseline_sizes),
+                "policy": detail(self.policy_sizes)}
 
 
 @dataclass(frozen=True)
@@ -34,6 +62,7 @@ class EvalReport:
     policy: str
     compiler: dict[str, str]
     modules: tuple[ModuleRow, ...]
+    size_metric: str = DEFAULT_SIZE_METRIC  # what `*_bytes` count (`toolchain.size`)
 
     @property
     def ok_modules(self) -> tuple[ModuleRow, ...]:
@@ -49,28 +78,62 @@ class EvalReport:
 
     @property
     def change(self) -> float:
-        base = self.baseline_total
-        return self.policy_total / base - 1.0 if base else 0.0
+        return _change(self.baseline_total, self.policy_total)
+
+    @property
+    def guarded_total(self) -> int:
+        """Per module the smaller of policy and -Oz (what `--mlgo-guard` gives a user)."""
+        return sum(min(m.policy_bytes or 0, m.baseline_bytes or 0) for m in self.ok_modules)
+
+    def _measured(self) -> tuple[ModuleRow, ...]:
+        return tuple(m for m in self.ok_modules
+                     if m.baseline_sizes is not None and m.policy_sizes is not None)
+
+    def by_group(self) -> dict[str, dict[str, Any]]:
+        """Totals per section group (modules measured by group on both sides)."""
+        rows = self._measured()
+        base = total(m.baseline_sizes for m in rows if m.baseline_sizes)
+        pol = total(m.policy_sizes for m in rows if m.policy_sizes)
+        return {g: {"baseline_bytes": b, "policy_bytes": p, "change": _change(b, p)}
+                for g, b, p in zip(GROUPS, base.groups().values(), pol.groups().values(),
+                                   strict=True)}
+
+    def by_metric(self) -> dict[str, dict[str, Any]]:
+        """Totals by every size metric, whichever is in force."""
+        rows = self._measured()
+        base = total(m.baseline_sizes for m in rows if m.baseline_sizes).metrics()
+        pol = total(m.policy_sizes for m in rows if m.policy_sizes).metrics()
+        return {k: {"baseline_bytes": base[k], "policy_bytes": pol[k],
+                    "change": _change(base[k], pol[k])} for k in base}
+
+    def by_bucket(self) -> dict[str, dict[str, Any]]:
+        """Totals per module-size bucket (SIZE_BUCKETS, by -Oz bytes of the metric)."""
+        out = {}
+        for name, lo, hi in SIZE_BUCKETS:
+            rows = [m for m in self.ok_modules if m.baseline_bytes is not None
+                    and m.baseline_bytes >= lo and (hi is None or m.baseline_bytes < hi)]
+            b = sum(m.baseline_bytes or 0 for m in rows)
+            p = sum(m.policy_bytes or 0 for m in rows)
+            out[name] = {"modules": len(rows), "baseline_bytes": b, "policy_bytes": p,
+                         "change": _change(b, p)}
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
             "problem": self.problem,
             "policy": self.policy,
+            "size_metric": self.size_metric,
             "compiler": dict(self.compiler),
-            "modules": [
-                {
-                    "name": m.name,
-                    "baseline_bytes": m.baseline_bytes,
-                    "policy_bytes": m.policy_bytes,
-                    "decisions": m.decisions,
-                    "error": m.error,
-                }
-                for m in self.modules
-            ],
+            "modules": [m.to_json() for m in self.modules],
             "total": {
                 "baseline_bytes": self.baseline_total,
                 "policy_bytes": self.policy_total,
                 "change": self.change,
+                "guarded_bytes": self.guarded_total,
+                "guarded_change": _change(self.baseline_total, self.guarded_total),
+                "by_group": self.by_group(),
+                "by_metric": self.by_metric(),
+                "by_size_bucket": self.by_bucket(),
             },
         }
 
@@ -102,15 +165,15 @@ def evaluate(
     """
     base = spec if spec is not None else WorkSpec(clang=None)
     # Results stream through: per module only the few fields of its row are kept.
-    baselines: dict[str, tuple[int | None, str | None]] = {}
+    baselines: dict[str, tuple[int | None, str | None, ObjectSize | None]] = {}
     for res in baseline_results(executor, jobs, compiler, spec=base):
-        baselines[res.module] = (res.size, res.error)
+        baselines[res.module] = (res.size, res.error, res.sizes)
         if on_result:
             on_result(res)
     pol_spec = replace(base, policy=policy, record=False)
-    results: dict[str, tuple[int | None, int, str | None]] = {}
+    results: dict[str, tuple[int | None, int, str | None, ObjectSize | None]] = {}
     for res in executor.run(pol_spec, jobs):
-        results[res.module] = (res.size, res.decisions, res.error)
+        results[res.module] = (res.size, res.decisions, res.error, res.sizes)
         if on_result:
             on_result(res)
     rows = []
@@ -125,26 +188,53 @@ def evaluate(
             policy_bytes=p[0] if p else None,
             decisions=p[1] if p else 0,
             error=err,
+            baseline_sizes=b[2] if b else None,
+            policy_sizes=p[3] if p else None,
         ))
-    return EvalReport(base.problem, policy.name, compiler.describe(), tuple(rows))
+    return EvalReport(base.problem, policy.name, compiler.describe(), tuple(rows),
+                      size_metric=base.size_metric)
+
+
+def _delta(base: ObjectSize | None, pol: ObjectSize | None, group: str) -> str:
+    if base is None or pol is None:
+        return ""
+    return f"{getattr(pol, group) - getattr(base, group):+d}"
 
 
 def format_table(report: EvalReport) -> str:
-    """Per-module table plus the total, for the terminal."""
+    """Per-module table (bytes by the report's metric; code and unwind-table deltas), the
+    total, and the totals by section group, by metric and by module size, for the terminal."""
     width = max([len(m.name) for m in report.modules] + [6])
-    lines = [f"{'module':<{width}}  {'-Oz':>9}  {'policy':>9}  {'change':>8}  {'decisions':>9}"]
+    lines = [f"size metric: {report.size_metric} ({_METRIC_WORDS[report.size_metric]})",
+             f"{'module':<{width}}  {'-Oz':>9}  {'policy':>9}  {'change':>8}  {'code':>7}  "
+             f"{'unwind':>7}  {'decisions':>9}"]
     for m in report.modules:
         if m.error:
             lines.append(f"{m.name:<{width}}  error: {m.error[:120]}")
             continue
         lines.append(
             f"{m.name:<{width}}  {m.baseline_bytes:>9}  {m.policy_bytes:>9}  "
-            f"{(m.change or 0.0) * 100:>+7.2f}%  {m.decisions:>9}"
+            f"{(m.change or 0.0) * 100:>+7.2f}%  "
+            f"{_delta(m.baseline_sizes, m.policy_sizes, 'code'):>7}  "
+            f"{_delta(m.baseline_sizes, m.policy_sizes, 'unwind'):>7}  {m.decisions:>9}"
         )
     failed = len(report.modules) - len(report.ok_modules)
     lines.append(
         f"{'TOTAL':<{width}}  {report.baseline_total:>9}  {report.policy_total:>9}  "
-        f"{report.change * 100:>+7.2f}%  {sum(m.decisions for m in report.ok_modules):>9}"
+        f"{report.change * 100:>+7.2f}%  {'':>7}  {'':>7}  "
+        f"{sum(m.decisions for m in report.ok_modules):>9}"
         + (f"   ({failed} module(s) failed, left out)" if failed else "")
     )
+    guarded = report.guarded_total
+    lines.append(f"guarded (per module the smaller of policy and -Oz): {guarded} bytes, "
+                 f"{_change(report.baseline_total, guarded) * 100:+.2f}%")
+    if report.ok_modules and len(report._measured()) == len(report.ok_modules):
+        lines.append("by section group: " + ", ".join(
+            f"{g} {t['baseline_bytes']}->{t['policy_bytes']}"
+            for g, t in report.by_group().items()))
+        lines.append("by size metric:   " + ", ".join(
+            f"{k} {t['change'] * 100:+.2f}%" for k, t in report.by_metric().items()))
+    lines.append("by module size:   " + ", ".join(
+        f"{k} ({t['modules']}) {t['change'] * 100:+.2f}%"
+        for k, t in report.by_bucket().items() if t["modules"]))
     return "\n".join(lines)

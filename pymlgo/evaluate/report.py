@@ -24,14 +24,29 @@ class SplitResult:
 
 
 def summary_table(results: Sequence[SplitResult]) -> str:
-    lines = ["| split | modules | -Oz .text bytes | policy .text bytes | change |",
-             "| --- | ---: | ---: | ---: | ---: |"]
+    """Totals per split by the metric in force, with the executable-only change beside."""
+    metric = results[0].report.size_metric if results else "allocated"
+    lines = [f"| split | modules | -Oz bytes ({metric}) | policy bytes | change | "
+             "change, code only |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
         rep = r.report
         failed = len(rep.modules) - len(rep.ok_modules)
         count = f"{len(rep.ok_modules)}" + (f" ({failed} failed)" if failed else "")
+        text = rep.by_metric()["text"]["change"]
         lines.append(f"| {r.name} | {count} | {rep.baseline_total:,} | {rep.policy_total:,} | "
-                     f"**{rep.change:+.2%}** |")
+                     f"**{rep.change:+.2%}** | {text:+.2%} |")
+    return "\n".join(lines)
+
+
+def group_table(results: Sequence[SplitResult]) -> str:
+    """Where the bytes went: -Oz and policy bytes per section group and split."""
+    lines = ["| split | group | -Oz bytes | policy bytes | difference |",
+             "| --- | --- | ---: | ---: | ---: |"]
+    for r in results:
+        for group, t in r.report.by_group().items():
+            lines.append(f"| {r.name} | {group} | {t['baseline_bytes']:,} | "
+                         f"{t['policy_bytes']:,} | {t['policy_bytes'] - t['baseline_bytes']:+,} |")
     return "\n".join(lines)
 
 
@@ -113,9 +128,13 @@ def write_report(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_plot(out_dir / PLOT_FILE, results, curve)
+    metric = results[0].report.size_metric if results else "allocated"
     parts = [f"# {title}", "", summary_table(results), "",
-             "Change = policy .text bytes / -Oz .text bytes − 1 (executable sections of the "
-             "object file); negative is smaller.", ""]
+             f"Change = policy bytes / -Oz bytes − 1 by size metric `{metric}` "
+             "(`allocated`: every allocated section of the object — code, read-only data, "
+             "unwind and exception tables, data); negative is smaller. \"Code only\" counts "
+             "executable sections alone, which miss the unwind tables inlining moves.", "",
+             group_table(results), ""]
     if details:
         parts += ["| | |", "| --- | --- |"]
         parts += [f"| {k} | {v} |" for k, v in details.items()]

@@ -5,10 +5,11 @@ A trace directory holds, for a corpus and a policy:
   format. Header features = the compiler's features, then the decision as an extra
   feature `inlining_decision`; score `reward` float [1]; every observation is followed by
   an outcome holding the module's final reward `1 - policy_bytes / baseline_bytes`
-  (baseline = plain -Oz).
+  (baseline = plain -Oz; bytes by the run's size metric, `toolchain.size`).
 - `sizes.csv`: `module,baseline_bytes,policy_bytes,decisions,error`, one row per module.
-- `trace.json`: policy, compiler, counts and totals; `edits` (delete, replace, add) when
-  the compiles ran with flag edits, and whatever `metadata` the caller adds.
+- `trace.json`: policy, compiler, `size_metric`, counts and totals; `edits` (delete,
+  replace, add) when the compiles ran with flag edits, and whatever `metadata` the caller
+  adds.
 
 The directory appears only when complete: everything is written into a temporary sibling
 that is renamed at the end, so a failed or interrupted run leaves nothing behind.
@@ -36,6 +37,7 @@ from pymlgo.protocol.channel import REWARD_SPEC, ChannelSession, Decision, sessi
 from pymlgo.protocol.log import Context, Header, Observation, Outcome, read_events
 from pymlgo.protocol.tensor_spec import C_TYPES, TensorSpec
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
 from pymlgo.workers.protocol import Executor, WorkSpec
 
 TRACE_FORMAT = "pymlgo-trace"
@@ -73,6 +75,7 @@ class TraceSummary:
     compiler: Mapping[str, str]
     rows: tuple[TraceRow, ...]
     metadata: Mapping[str, Any]
+    size_metric: str = DEFAULT_SIZE_METRIC
 
     @property
     def traced(self) -> tuple[TraceRow, ...]:
@@ -87,6 +90,7 @@ class TraceSummary:
             "problem": "inlining",
             "policy": self.policy,
             "compiler": dict(self.compiler),
+            "size_metric": self.size_metric,
             "modules": len(self.rows),
             "traced": len(traced),
             "failed": len(self.rows) - len(traced),
@@ -186,6 +190,7 @@ def trace_corpus(
         record=True,
         timeout=base.timeout,
         edits=base.edits,
+        size_metric=base.size_metric,
     )
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.tmp-"))
@@ -206,7 +211,8 @@ def trace_corpus(
         recorded = dict(metadata or {})
         if edits_json(base.edits) is not None:
             recorded["edits"] = edits_json(base.edits)  # so a trainer can refuse other flags
-        summary = TraceSummary(output_dir, policy.name, compiler.describe(), ordered, recorded)
+        summary = TraceSummary(output_dir, policy.name, compiler.describe(), ordered, recorded,
+                               base.size_metric)
         _write_sizes(tmp / SIZES_FILE, ordered)
         (tmp / TRACE_FILE).write_text(
             json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n"

@@ -9,6 +9,8 @@ from typing import Protocol
 
 import numpy as np
 
+from pymlgo.toolchain.size import ObjectSize
+
 # features of one observation, by name -> advice value (int for decisions, float for scores)
 Decide = Callable[[Mapping[str, np.ndarray]], "int | float | np.ndarray"]
 
@@ -84,12 +86,13 @@ class ModuleResult:
     """Outcome of compiling one module with one policy."""
 
     module: str
-    size: int | None  # problem's measure: .text bytes for inlining
+    size: int | None  # problem's measure: the object's bytes by the run's size metric
     decisions: int = 0
     seconds: float = 0.0
     error: str | None = None
     trajectory: Trajectory | None = None
     extra: Mapping[str, float] = field(default_factory=dict)
+    sizes: ObjectSize | None = None  # the object's bytes by section group, when measured
 
     @property
     def ok(self) -> bool:

@@ -1,10 +1,10 @@
-"""What a compile that exited with 0 left behind: the object's .text bytes, or why not."""
+"""What a compile that exited with 0 left behind: the object's bytes by group, or why not."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pymlgo.toolchain.elf import NotELFError, text_size
+from pymlgo.toolchain.size import NotELFError, ObjectSize, object_size
 
 _FORMATS = ((b"\xcf\xfa\xed\xfe", "Mach-O"), (b"\xce\xfa\xed\xfe", "Mach-O"),
             (b"\xfe\xed\xfa\xcf", "Mach-O"), (b"\xfe\xed\xfa\xce", "Mach-O"),
@@ -17,11 +17,13 @@ def _triple(cmd: tuple[str, ...]) -> str:
     return next((b for a, b in zip(cmd, cmd[1:], strict=False) if a == "-triple"), "?")
 
 
-def measure_object(obj: Path, stderr: str, cmd: tuple[str, ...]) -> tuple[int | None, str | None]:
-    """(.text bytes, None), or (None, why) when a compile that succeeded left no object."""
+def measure_object(obj: Path, stderr: str, cmd: tuple[str, ...]
+                   ) -> tuple[ObjectSize | None, str | None]:
+    """(bytes by section group, None), or (None, why) when a compile that succeeded left no
+    object."""
     tail = " | ".join(stderr.strip().splitlines()[-5:])
     try:
-        return text_size(obj), None
+        return object_size(obj), None
     except FileNotFoundError:
         return None, "compiler exited with 0 but wrote no object" + (f": {tail}" if tail else "")
     except NotELFError as exc:

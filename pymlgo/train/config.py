@@ -6,6 +6,7 @@ scalar fields of `TrainConfig` at top level, one table per nested config:
 
     algo = "es"
     seed = 3
+    size_metric = "allocated"     # or "text", "llvm-size" (pymlgo.toolchain.size)
     vocab = "runs/vocab"          # from `mlgo vocab`
     [split]
     by = "package"
@@ -34,6 +35,11 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from pymlgo.corpus.command import FlagEdits
+from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, SizeMetric
+
+# A run (checkpoint, setup, saved policy) recorded before `size_metric` existed measured
+# executable sections only.
+LEGACY_SIZE_METRIC = "text"
 
 ALGORITHMS = ("bc", "ppo", "es", "dqn")
 DEFAULT_ITERATIONS = 20
@@ -177,6 +183,10 @@ class TrainConfig:
 
     algo: Algo = "es"
     seed: int = 0
+    # what the reward, the -Oz baselines and the choice of best/ count (`toolchain.size`):
+    # "allocated" (every allocated section: what ships), "text" (executable sections
+    # only, what runs measured before this key existed) or "llvm-size" (Berkeley text)
+    size_metric: SizeMetric = DEFAULT_SIZE_METRIC
     # stop after this many iterations and/or minutes; neither given: DEFAULT_ITERATIONS
     iterations: int | None = None
     time_budget_minutes: float | None = None
@@ -278,7 +288,8 @@ class TrainConfig:
     def setup_identity(self) -> dict[str, Any]:
         """The fields the one-time setup (split, vocab, warm start) depends on."""
         d = self.provenance()
-        keep = ("seed", "warmstart", "split", "policy", "bc", "vocab", "traces", "compile")
+        keep = ("seed", "size_metric", "warmstart", "split", "policy", "bc", "vocab", "traces",
+                "compile")
         return {k: d[k] for k in keep if k in d} | {
             "bc_warmstart": self.warmstart == "bc" and self.algo != "bc"}
 

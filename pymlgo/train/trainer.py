@@ -53,7 +53,7 @@ from pymlgo.policy.store import save_policy
 from pymlgo.policy.vocab import build_vocab
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, HeuristicPolicy
 from pymlgo.toolchain.compiler import Compiler, find_compiler
-from pymlgo.train.config import TrainConfig
+from pymlgo.train.config import LEGACY_SIZE_METRIC, TrainConfig
 from pymlgo.train.env import Demonstrations, Episode, RunStats, TrainEnv, inputs, size_change
 from pymlgo.train.shaping import IR2NativeShaper
 from pymlgo.train.sources import SourceError, Sources, check_features, load_sources
@@ -475,7 +475,8 @@ def _stamp(policy: InliningPolicy, config: TrainConfig, iteration: int) -> Inlin
     """Name and provenance saved with the policy (nothing run-specific: same seed, same
     bytes)."""
     hyper = {"algo": config.algo, "seed": config.seed, "iteration": iteration,
-             "warmstart": config.warmstart, "config": config.provenance()}
+             "warmstart": config.warmstart, "size_metric": config.size_metric,
+             "config": config.provenance()}
     return replace(policy, name=f"mlgo-{config.algo}", hyperparameters=hyper)
 
 
@@ -526,6 +527,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
     if checkpoint is not None:
         if checkpoint.get("format") != CHECKPOINT_FORMAT:
             raise TrainError(f"{out / CHECKPOINT_FILE}: unknown checkpoint format")
+        _check_size_metric(out, checkpoint["config"], config)
         if checkpoint["config"] != config.identity():
             raise TrainError(
                 f"{out} holds a run with another configuration; use a new --output_dir "
@@ -539,9 +541,12 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
         make_deterministic(config.seed)
 
     spec = WorkSpec(problem="inlining", clang=None if compiler.bundled else str(compiler.path),
-                    timeout=options.timeout, edits=config.compile.flag_edits())
+                    timeout=options.timeout, edits=config.compile.flag_edits(),
+                    size_metric=config.size_metric)
     with _executor_for(options, executor) as ex:
         setup: Setup | None = _load_pickle(out / SETUP_FILE)
+        if setup is not None:
+            _check_size_metric(out, setup.identity, config)
         if setup is not None and setup.identity != config.setup_identity():
             raise TrainError(
                 f"{out} was set up for another configuration; use a new --output_dir "
@@ -655,6 +660,20 @@ def _progress_bar(enabled: bool, total: int | None, start: int) -> Any:
 
     return tqdm(total=total, initial=start, desc="train", unit="it", file=sys.stderr,
                 dynamic_ncols=True)
+
+
+def _check_size_metric(out: Path, recorded: Mapping[str, Any], config: TrainConfig) -> None:
+    """Refuse to resume a run measured by another size metric: its rewards, -Oz baselines
+    and best/ validation size count other bytes, and mixing them would compare unlike
+    numbers without a word."""
+    was = recorded.get("size_metric", LEGACY_SIZE_METRIC)
+    if was != config.size_metric:
+        legacy = "" if "size_metric" in recorded else " (it predates size metrics)"
+        raise TrainError(
+            f"{out} holds a run measured by size metric {was!r}{legacy}, but this run "
+            f"measures {config.size_metric!r}: its rewards, -Oz baselines and the size that "
+            f"chose best/ count other bytes and cannot be continued under another metric. "
+            f"Resume it with --size-metric {was}, or use a new --output_dir")
 
 
 def _diff(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> str:

@@ -11,6 +11,7 @@ from typing import Any, Protocol, TypeVar
 
 from pymlgo.corpus.command import FlagEdits
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy
+from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, check_metric
 
 CUT_ERROR = "cut: straggler"
 """`ModuleResult.error` of a module still compiling (or queued) when a run was cut."""
@@ -41,10 +42,15 @@ class WorkSpec:
     timeout: float = 300.0
     edits: FlagEdits = FlagEdits()
     memory_mb: int | None = None  # address-space limit per compile (None: unlimited)
+    # what `ModuleResult.size` counts (`toolchain.size`); `sizes` always has every group
+    size_metric: str = DEFAULT_SIZE_METRIC
     # inlining only: an IR2Native model (`ir2native.model.IR2NativeModel`, numpy); each
     # result's `extra` then holds per-function size estimates, a recorded trajectory the
     # caller of each decision (partial rewards)
     estimator: Any = None
+
+    def __post_init__(self) -> None:
+        check_metric(self.size_metric)
 
 
 class Executor(Protocol):

@@ -28,10 +28,12 @@ def execute(spec: WorkSpec, job: CompileJob) -> ModuleResult:
 
         if spec.policy is None:
             return inl.compile_baseline(compiler, job, timeout=spec.timeout, edits=spec.edits,
-                                        memory_mb=spec.memory_mb, estimator=spec.estimator)
+                                        memory_mb=spec.memory_mb, estimator=spec.estimator,
+                                        size_metric=spec.size_metric)
         return inl.compile_with_policy(
             compiler, job, spec.policy, timeout=spec.timeout, record=spec.record,
             edits=spec.edits, memory_mb=spec.memory_mb, estimator=spec.estimator,
+            size_metric=spec.size_metric,
         )
     if spec.problem == "regalloc":
         from pymlgo.problems.regalloc import compile as ra

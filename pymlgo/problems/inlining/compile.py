@@ -1,4 +1,4 @@
-"""Compile one corpus module at -Oz with a policy answering the inliner; measure .text."""
+"""Compile one corpus module at -Oz with a policy answering the inliner; measure the object."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from pymlgo.protocol.log import Header, Observation
 from pymlgo.toolchain import run
 from pymlgo.toolchain.bitcode import read_error_hint
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
 
 if TYPE_CHECKING:  # numpy only, but most compiles never need it
     from pymlgo.ir2native.model import IR2NativeModel
@@ -106,11 +107,14 @@ def compile_baseline(
     edits: FlagEdits = FlagEdits(),
     memory_mb: int | None = None,
     estimator: IR2NativeModel | None = None,
+    size_metric: str = DEFAULT_SIZE_METRIC,
 ) -> ModuleResult:
     """Plain -Oz, no channel: the heuristic's size every policy is compared with.
 
-    `memory_mb` bounds the compiler's address space; a compile past it fails. With an
-    IR2Native `estimator`, `extra` holds every function's estimated bytes (`fn:NAME`)."""
+    `size` is the object's bytes by `size_metric` (`toolchain.size`), `sizes` its bytes by
+    section group. `memory_mb` bounds the compiler's address space; a compile past it
+    fails. With an IR2Native `estimator`, `extra` holds every function's estimated bytes
+    (`fn:NAME`)."""
     started = time.monotonic()
     with run.private_tmpdir() as tmp:
         bc, obj = tmp / "module.bc", tmp / "module.o"
@@ -129,11 +133,12 @@ def compile_baseline(
         if res.returncode != 0:
             return ModuleResult(job.module, None, seconds=res.seconds,
                                 error=_error_text(res, job, compiler, memory_mb))
-        size, error = measure_object(obj, res.stderr, job.cmd)
+        sizes, error = measure_object(obj, res.stderr, job.cmd)
         extra = (_estimates(estimator, res.stderr, obj)
                  if estimator is not None and error is None else {})
-        return ModuleResult(job.module, size, seconds=time.monotonic() - started, error=error,
-                            extra=extra)
+        return ModuleResult(job.module, None if sizes is None else sizes.metric(size_metric),
+                            seconds=time.monotonic() - started, error=error, extra=extra,
+                            sizes=sizes)
 
 
 def _trajectory(session: ChannelSession) -> Trajectory | None:
@@ -164,8 +169,10 @@ def compile_with_policy(
     edits: FlagEdits = FlagEdits(),
     memory_mb: int | None = None,
     estimator: IR2NativeModel | None = None,
+    size_metric: str = DEFAULT_SIZE_METRIC,
 ) -> ModuleResult:
-    """Compile `job` at -Oz with `policy` answering every inlining decision.
+    """Compile `job` at -Oz with `policy` answering every inlining decision; `size` is the
+    object's bytes by `size_metric`, `sizes` its bytes by section group.
 
     With an IR2Native `estimator` (for partial rewards), `extra` holds every function's
     estimated bytes (`fn:NAME`) and a recorded trajectory's `contexts` name the caller of
@@ -232,8 +239,8 @@ def compile_with_policy(
             res = run.ProcessResult(res.returncode, stderr, res.seconds)
             return ModuleResult(job.module, None, seconds=res.seconds,
                                 error=_error_text(res, job, compiler, memory_mb))
-        size, error = measure_object(obj, stderr, job.cmd)
-        if error is not None:
+        sizes, error = measure_object(obj, stderr, job.cmd)
+        if sizes is None:
             return ModuleResult(job.module, None, seconds=time.monotonic() - started,
                                 error=error)
         trajectory = _trajectory(session) if record else None
@@ -247,9 +254,10 @@ def compile_with_policy(
                 trajectory = dataclasses.replace(trajectory, contexts=tuple(callers))
     return ModuleResult(
         job.module,
-        size,
+        sizes.metric(size_metric),
         decisions=len(session.decisions),
         seconds=time.monotonic() - started,
         trajectory=trajectory,
         extra=extra,
+        sizes=sizes,
     )

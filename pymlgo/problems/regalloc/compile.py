@@ -38,6 +38,7 @@ from pymlgo.protocol.features import FeatureMismatchError, select_features
 from pymlgo.protocol.log import Header, Observation
 from pymlgo.toolchain import run
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, ObjectSize
 from pymlgo.workers.protocol import WorkSpec
 
 OPT_LEVEL = "-O2"
@@ -122,9 +123,11 @@ def compile_baseline(
     timeout: float = DEFAULT_TIMEOUT_S,
     edits: FlagEdits = FlagEdits(),
     keep_object: Path | None = None,
+    size_metric: str = DEFAULT_SIZE_METRIC,
 ) -> ModuleResult:
-    """-O2 with the stock advisors (no channel): .text bytes and the remark costs every
-    policy is compared with. `keep_object` copies the object there (to link programs)."""
+    """-O2 with the stock advisors (no channel): the object's bytes and the remark costs
+    every policy is compared with. `keep_object` copies the object there (to link
+    programs)."""
     started = time.monotonic()
     with run.private_tmpdir() as tmp:
         argv, obj = _argv(compiler, job, tmp, edits, ())
@@ -140,11 +143,12 @@ def compile_baseline(
         if isinstance(out, str):
             return ModuleResult(job.module, None, seconds=time.monotonic() - started,
                                 error=out)
-        size, report = out
+        sizes, report = out
         if keep_object is not None:
             keep_object.write_bytes(obj.read_bytes())
-        return ModuleResult(job.module, size, seconds=time.monotonic() - started,
-                            extra=result_extra(report))
+        return ModuleResult(job.module, sizes.metric(size_metric),
+                            seconds=time.monotonic() - started, extra=result_extra(report),
+                            sizes=sizes)
 
 
 def compile_with_policy(
@@ -157,6 +161,7 @@ def compile_with_policy(
     edits: FlagEdits = FlagEdits(),
     keep_object: Path | None = None,
     keep_stderr: Path | None = None,
+    size_metric: str = DEFAULT_SIZE_METRIC,
 ) -> ModuleResult:
     """Compile `job` at -O2 with `policy` answering its advisor (`advisor_of(policy)`).
 
@@ -170,7 +175,7 @@ def compile_with_policy(
     """
     if is_stock(policy):
         return compile_baseline(compiler, job, timeout=timeout, edits=edits,
-                                keep_object=keep_object)
+                                keep_object=keep_object, size_metric=size_metric)
     started = time.monotonic()
     deadline = started + timeout
     advisor = advisor_of(policy)
@@ -228,24 +233,25 @@ def compile_with_policy(
         if isinstance(out, str):
             return ModuleResult(job.module, None, decisions=len(session.decisions),
                                 seconds=time.monotonic() - started, error=out)
-        size, report = out
+        sizes, report = out
         if keep_object is not None:
             keep_object.write_bytes(obj.read_bytes())
     return ModuleResult(
         job.module,
-        size,
+        sizes.metric(size_metric),
         decisions=len(session.decisions),
         seconds=time.monotonic() - started,
         trajectory=record_trajectory(session, required, advisor) if record else None,
         extra=result_extra(report, corrected),
+        sizes=sizes,
     )
 
 
 def _outputs(obj: Path, tmp: Path, stderr: str, cmd: tuple[str, ...]
-             ) -> tuple[int, RemarkReport] | str:
-    """(.text bytes, the allocator's remarks) of a compile that exited with 0, or why they
-    cannot be had. The reward needs the remarks: without them a module is a failure, not a
-    zero cost."""
+             ) -> tuple[ObjectSize, RemarkReport] | str:
+    """(the object's bytes by group, the allocator's remarks) of a compile that exited with
+    0, or why they cannot be had. The reward needs the remarks: without them a module is a
+    failure, not a zero cost."""
     size, error = measure_object(obj, stderr, cmd)
     if size is None:
         return error or "no object"
@@ -308,9 +314,11 @@ def record_trajectory(session: ChannelSession, required: Sequence[str],
 def execute(compiler: Compiler, spec: WorkSpec, job: CompileJob) -> ModuleResult:
     """One compile job of problem "regalloc", as a worker runs it (`workers/task.py`)."""
     if spec.policy is None:
-        return compile_baseline(compiler, job, timeout=spec.timeout, edits=spec.edits)
+        return compile_baseline(compiler, job, timeout=spec.timeout, edits=spec.edits,
+                                size_metric=spec.size_metric)
     return compile_with_policy(compiler, job, spec.policy, timeout=spec.timeout,
-                               record=spec.record, edits=spec.edits)
+                               record=spec.record, edits=spec.edits,
+                               size_metric=spec.size_metric)
 
 
 def function_costs(result: ModuleResult) -> dict[str, float]:

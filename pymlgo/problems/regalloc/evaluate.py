@@ -16,13 +16,14 @@ from pymlgo.evaluate.baseline import baseline_key, cache_root
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy
 from pymlgo.problems.regalloc.compile import CORRECTED_KEY, COST_KEY
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, ObjectSize
 from pymlgo.workers.protocol import Executor, WorkSpec
 
 PROBLEM = "regalloc"
 
 
 class RegallocBaselineCache:
-    """Stock-advisor results (.text bytes and every remark figure), one JSON file per key
+    """Stock-advisor results (bytes and every remark figure), one JSON file per key
     (`evaluate.baseline.baseline_key`); atomic writes, so parallel runs can share it."""
 
     def __init__(self, root: Path | None = None) -> None:
@@ -33,7 +34,8 @@ class RegallocBaselineCache:
             d = json.loads((self.root / f"{key}.json").read_text())
             return ModuleResult(module, int(d["size"]),
                                 extra={**{k: float(v) for k, v in d["extra"].items()},
-                                       "cached": 1.0})
+                                       "cached": 1.0},
+                                sizes=ObjectSize.from_json(d["sizes"]))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -41,7 +43,8 @@ class RegallocBaselineCache:
         self.root.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
-            json.dump({"size": result.size, "extra": dict(result.extra)}, f)
+            json.dump({"size": result.size, "extra": dict(result.extra),
+                       "sizes": result.sizes.to_json() if result.sizes else None}, f)
         os.replace(tmp, self.root / f"{key}.json")
 
 
@@ -57,7 +60,7 @@ def baseline_results(
     Failures are yielded (with `error`) but never cached."""
     s = spec or WorkSpec(problem=PROBLEM)
     base = WorkSpec(problem=PROBLEM, clang=s.clang, policy=None, timeout=s.timeout,
-                    edits=s.edits)
+                    edits=s.edits, size_metric=s.size_metric)
     cache = cache or RegallocBaselineCache()
     keys = {job.module: baseline_key(compiler, base, job) for job in jobs}
     missing = []
@@ -69,7 +72,7 @@ def baseline_results(
             yield hit
     if missing:
         for res in executor.run(base, missing):
-            if res.ok and res.size is not None and res.module in keys:
+            if res.ok and res.size is not None and res.sizes is not None and res.module in keys:
                 cache.put(keys[res.module], res)
             yield res
 
@@ -100,6 +103,7 @@ class RegallocReport:
     compiler: dict[str, str]
     modules: tuple[RegallocRow, ...]
     problem: str = PROBLEM
+    size_metric: str = DEFAULT_SIZE_METRIC  # what the bytes count (`toolchain.size`)
 
     @property
     def ok_modules(self) -> tuple[RegallocRow, ...]:
@@ -119,9 +123,11 @@ class RegallocReport:
         return self._sum("policy_cost") / base - 1.0 if base else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        """`mlgo eval`'s schema (bytes are .text at -O2) plus the remark cost fields."""
+        """`mlgo eval`'s schema (bytes at -O2, by `size_metric`) plus the remark cost
+        fields."""
         return {
             "problem": self.problem,
+            "size_metric": self.size_metric,
             "policy": self.policy,
             "compiler": dict(self.compiler),
             "modules": [
@@ -161,7 +167,7 @@ def evaluate_regalloc(
         if on_result:
             on_result(res)
     pol_spec = WorkSpec(problem=PROBLEM, clang=s.clang, policy=policy, timeout=s.timeout,
-                        edits=s.edits)
+                        edits=s.edits, size_metric=s.size_metric)
     results: dict[str, ModuleResult] = {}
     for res in executor.run(pol_spec, list(jobs)):
         results[res.module] = res
@@ -183,14 +189,16 @@ def evaluate_regalloc(
             invalid_advice=int(p.extra.get(CORRECTED_KEY, 0)) if p else 0,
             error=err,
         ))
-    return RegallocReport(policy.name, compiler.describe(), tuple(rows))
+    return RegallocReport(policy.name, compiler.describe(), tuple(rows),
+                          size_metric=s.size_metric)
 
 
 def format_table(report: RegallocReport) -> str:
-    """Per-module weighted cost and .text bytes vs the stock advisor, plus totals."""
+    """Per-module weighted cost and bytes (by the report's size metric) vs the stock
+    advisor, plus totals."""
     width = max([len(m.name) for m in report.modules] + [6])
     lines = [f"{'module':<{width}}  {'stock cost':>12}  {'policy cost':>12}  {'change':>8}  "
-             f"{'bytes':>8}  {'decisions':>9}"]
+             f"{'bytes':>8}  {'decisions':>9}   (bytes: {report.size_metric})"]
     for m in report.modules:
         if m.error:
             lines.append(f"{m.name:<{width}}  error: {m.error[:120]}")
