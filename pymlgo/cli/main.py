@@ -12,6 +12,7 @@ from pymlgo import __version__
 _COMMANDS = (
     "demo", "corpus", "eval", "trace", "vocab", "train", "pool", "export", "cc", "ir2native",
 )
+_COMMANDS += ("search",)  # per-module decision search (pymlgo/cli/search.py)
 # Handed their arguments untouched, before argparse: compiler arguments look like options.
 _COMPILER_TOOLS = ("cc", "c++")
 

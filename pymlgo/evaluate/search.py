@@ -1,0 +1,587 @@
+"""Per-module search for inlining decision sequences that give a smaller object.
+
+Start from a policy's decisions on each module, flip decisions one at a time, keep what
+shrinks the object. The result never exceeds the start: a flip is accepted only when its
+compile is strictly smaller than the best so far. The best trajectories are what an
+imitation-learning trainer clones, so `search` returns them as `Trajectory` objects.
+
+How a decision sequence is compiled (replay by index)
+    A candidate is a table of advice, one byte (0/1) per decision: the compile's i-th
+    inlining decision gets the table's i-th entry; decisions past the table's end get the
+    starting policy's answer. LLVM asks about call sites in the order its inliner meets
+    them, and inlining a call site puts the callee's own call sites on the work list, so
+    flipping decision i can change which call sites come after it: the table's later
+    entries then answer other call sites than the ones they were recorded for. That is
+    accepted as part of the move (the compile is measured, whatever it did); and since the
+    compile is deterministic, the recorded advice of an accepted compile, replayed, gives
+    that compile again, byte for byte. A candidate flips entry i of the best compile's
+    recorded advice and keeps the rest of it (see `_flipped`).
+
+The search: greedy passes, a batch of flips per round, the best of the batch accepted
+    One round compiles up to `batch` flips of every module still searching, all modules'
+    candidates in one executor batch (a `ReplayPolicy` holds every candidate's table). Per
+    module the smallest candidate that beats the best is accepted (ties: the earlier one in
+    the flip order). Other flips of the round that also beat the best are tried again
+    first on top of the new best: they often touch other functions and add up. The flip
+    order: least certain first when the policy gives probabilities (|logit| of the MLP on
+    the recorded features), otherwise a shuffle seeded by (seed, module, pass). After an
+    accepted flip the order is recomputed on the new best's decisions (positions already
+    tried in this pass are not tried again); once every position has been tried, a pass
+    that accepted something starts another, one that did not ends the module's search
+    (no single flip improves it) before its budget is spent.
+    Why batches rather than one flip at a time: a batch keeps every worker busy even when
+    few modules are left, and greedy first-improvement would need a round trip per compile.
+    Why not flip several decisions at once: single flips are what the budget affords on
+    modules with hundreds of decisions, and accepted flips already accumulate.
+
+Budget and determinism
+    `budget` counts every policy compile of a module, the starting one included (the -Oz
+    baseline is cached and not counted). Candidates depend only on the module's own
+    results and the seed, and each round's results are sorted before they are used, so
+    the outcome does not depend on the number of workers or the order compiles finish.
+
+Output directory (optional, resumable)
+    `<module>.log` per searched module: the best trajectory as an LLVM training log, as
+    `mlgo trace` writes it (the compiler's features plus the decision as
+    `inlining_decision`; each observation followed by the reward 1 - best/-Oz bytes).
+    `search.json`: the settings and, per module, -Oz/start/best bytes, compiles and
+    decisions, plus totals. It is rewritten after every finished module, so an interrupted
+    run resumes where it stopped: modules already searched with the same settings and the
+    same input are skipped. A directory searched with other settings is refused (another
+    size metric above all: bytes of two metrics cannot be compared); `restart` discards it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pymlgo.evaluate.baseline import baseline_results
+from pymlgo.evaluate.trace import (
+    TraceRow,
+    edits_json,
+    module_log_path,
+    read_trace_log,
+    trajectory_log_bytes,
+)
+from pymlgo.problems.base import CompileJob, Decide, ModuleResult, Policy, Trajectory
+from pymlgo.problems.inlining.policies import module_seed
+from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.size import check_metric
+from pymlgo.workers.protocol import Executor, WorkSpec
+
+SEARCH_FORMAT = "pymlgo-search"
+SEARCH_VERSION = 1
+SUMMARY_FILE = "search.json"
+DEFAULT_BATCH = 8
+
+
+class SearchDirError(ValueError):
+    """An output directory that cannot be resumed by this run; the message says why."""
+
+
+# --- compiling a decision sequence ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplayPolicy:
+    """Answers each job's decisions from its own advice table, then as `start` would.
+
+    `tables` maps a job name (one per candidate: several candidates of one module travel
+    in the same batch) to (module, advice bytes). Picklable and torch-free as long as
+    `start` is, so workers and Ray can run it.
+    """
+
+    start: Policy
+    tables: Mapping[str, tuple[str, bytes]]
+    name: str = "search-replay"
+
+    @property
+    def required_features(self) -> tuple[str, ...]:
+        return self.start.required_features
+
+    def for_module(self, module: str) -> Decide:
+        real_module, table = self.tables[module]
+        fallback = self.start.for_module(real_module)  # seeded by the module's own name
+        position = 0
+
+        def decide(features: Mapping[str, np.ndarray]) -> int | float | np.ndarray:
+            nonlocal position
+            # Asked at every decision, not only past the table: a stochastic start policy
+            # then draws the same stream as in the start compile.
+            answer = fallback(features)
+            i, position = position, position + 1
+            return table[i] if i < len(table) else answer
+
+        return decide
+
+
+def advice_bytes(traj: Trajectory) -> bytes:
+    """A recorded trajectory's decisions as a replay table (non-zero advice = inline)."""
+    return bytes(int(np.asarray(a).reshape(-1)[0] != 0) for a in traj.advice)
+
+
+def _flipped(advice: bytes, position: int) -> bytes:
+    """The candidate that flips one decision and keeps every other recorded answer."""
+    table = bytearray(advice)
+    table[position] ^= 1
+    return bytes(table)
+
+
+# --- which decision to flip next -----------------------------------------------------------
+
+
+def flip_order(policy: Policy, traj: Trajectory, seed: int) -> list[int]:
+    """Decision positions, least certain first if `policy` has logits (the MLP), else a
+    shuffle seeded by `seed`."""
+    n = len(traj)
+    logits = getattr(policy, "logits", None)
+    if callable(logits) and n:
+        x = np.concatenate(
+            [np.asarray(traj.features[name]).reshape(n, -1) for name in policy.required_features],
+            axis=1,
+        )
+        certainty = np.abs(np.asarray(logits(x), dtype=np.float64).reshape(n))
+        return [int(i) for i in np.argsort(certainty, kind="stable")]
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    return order
+
+
+# --- one module's search -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModuleSearch:
+    """Where one module's search ended: sizes in the run's metric, and the best compile."""
+
+    module: str
+    baseline_bytes: int | None  # plain -Oz
+    start_bytes: int | None  # the starting policy
+    best_bytes: int | None  # never above start_bytes
+    compiles: int  # policy compiles used, the starting one included
+    decisions: int  # decisions of the best compile
+    accepted: int = 0  # flips accepted on the way
+    error: str | None = None
+    trajectory: Trajectory | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def reward(self) -> float | None:
+        """1 - best/-Oz bytes, as a trace log's outcome (None if unknown)."""
+        return TraceRow(self.module, self.baseline_bytes, self.best_bytes, self.decisions,
+                        self.error).reward
+
+    def to_json(self) -> dict[str, Any]:
+        return {"baseline_bytes": self.baseline_bytes, "start_bytes": self.start_bytes,
+                "best_bytes": self.best_bytes, "compiles": self.compiles,
+                "decisions": self.decisions, "accepted": self.accepted, "error": self.error}
+
+
+class _Searcher:
+    """The state of one module's search between rounds."""
+
+    def __init__(self, job: CompileJob, policy: Policy, baseline: int, budget: int, seed: int,
+                 batch: int) -> None:
+        self.job, self.policy, self.baseline = job, policy, baseline
+        self.budget, self.seed, self.batch = budget, seed, batch
+        self.used = 0
+        self.accepted = 0
+        self.start: ModuleResult | None = None
+        self.best: ModuleResult | None = None
+        self.advice = b""
+        self.queue: list[int] = []  # positions to flip next, in order
+        self.tried: set[int] = set()  # positions tried in this pass
+        self.accepted_in_pass = False
+        self.passes = 0
+        self.error: str | None = None
+        self.done = False
+
+    @property
+    def module(self) -> str:
+        return self.job.module
+
+    def propose(self) -> list[tuple[int, bytes]]:
+        """This round's candidates as (position, table); position -1 is the start compile."""
+        if self.done:
+            return []
+        if self.best is None:
+            return [(-1, b"")]
+        room = min(self.batch, self.budget - self.used)
+        picked: list[int] = []
+        while len(picked) < room:
+            if not self.queue:
+                # A new pass only starts with a fresh round: within one round it could
+                # pick a position this round already holds.
+                if picked or not self.accepted_in_pass:
+                    break
+                self._new_pass()
+                continue
+            position = self.queue.pop(0)
+            if position < len(self.advice) and position not in self.tried:
+                picked.append(position)
+        if not picked:  # budget spent, or no single flip improved the last pass
+            self.done = True
+        self.tried.update(picked)
+        return [(p, _flipped(self.advice, p)) for p in picked]
+
+    def absorb(self, results: Sequence[tuple[int, ModuleResult]]) -> None:
+        """This round's results, in proposal order."""
+        self.used += len(results)
+        if self.best is None:
+            (_, res), = results
+            if not res.ok or res.size is None or res.trajectory is None:
+                self.error = f"start: {res.error or 'no trajectory recorded'}"
+                self.done = True
+                return
+            self.start = self.best = res
+            self.advice = advice_bytes(res.trajectory)
+            self._reorder(carried=[])
+        else:
+            current = self.best.size
+            assert current is not None
+            better = [(res.size, rank, position, res)
+                      for rank, (position, res) in enumerate(results)
+                      if res.ok and res.size is not None and res.size < current
+                      and res.trajectory is not None]
+            if better:
+                better.sort(key=lambda b: (b[0], b[1]))
+                _, _, _, res = better[0]
+                assert res.trajectory is not None
+                self.best, self.advice = res, advice_bytes(res.trajectory)
+                self.accepted += 1
+                self.accepted_in_pass = True
+                # the round's other improvements, retried first on top of the new best
+                carried = [b[2] for b in better[1:]]
+                self.tried.difference_update(carried)
+                self._reorder(carried)
+        if self.used >= self.budget:
+            self.done = True
+
+    def _order_seed(self) -> int:
+        return module_seed(self.seed, f"{self.module}\0pass {self.passes}")
+
+    def _reorder(self, carried: list[int]) -> None:
+        assert self.best is not None and self.best.trajectory is not None
+        order = flip_order(self.policy, self.best.trajectory, self._order_seed())
+        rest = [p for p in order if p not in self.tried and p not in carried]
+        self.queue = [p for p in carried if p < len(self.advice)] + rest
+
+    def _new_pass(self) -> None:
+        self.passes += 1
+        self.tried.clear()
+        self.accepted_in_pass = False
+        self._reorder(carried=[])
+
+    def outcome(self) -> ModuleSearch:
+        if self.error is not None or self.best is None or self.start is None:
+            return ModuleSearch(self.module, self.baseline, None, None, self.used, 0,
+                                error=self.error or "not searched")
+        return ModuleSearch(self.module, self.baseline, self.start.size, self.best.size,
+                            self.used, self.best.decisions, self.accepted,
+                            trajectory=self.best.trajectory)
+
+
+# --- the corpus: rounds over every module still searching ----------------------------------
+
+
+@dataclass(frozen=True)
+class SearchReport:
+    """Every module's outcome (by name), with the settings it was searched with."""
+
+    settings: Mapping[str, Any]
+    modules: tuple[ModuleSearch, ...]
+
+    @property
+    def ok_modules(self) -> tuple[ModuleSearch, ...]:
+        return tuple(m for m in self.modules if m.error is None)
+
+    def trajectories(self) -> dict[str, Trajectory]:
+        """Module -> best trajectory: what behaviour cloning learns from."""
+        return {m.module: m.trajectory for m in self.ok_modules if m.trajectory is not None}
+
+    def totals(self) -> dict[str, Any]:
+        ok = self.ok_modules
+        base = sum(m.baseline_bytes or 0 for m in ok)
+        best = sum(m.best_bytes or 0 for m in ok)
+        return {
+            "modules": len(self.modules),
+            "searched": len(ok),
+            "failed": len(self.modules) - len(ok),
+            "baseline_bytes": base,
+            "start_bytes": sum(m.start_bytes or 0 for m in ok),
+            "best_bytes": best,
+            "saved_bytes": base - best,
+            "change": best / base - 1.0 if base else 0.0,
+            "compiles": sum(m.compiles for m in self.modules),
+            "decisions": sum(m.decisions for m in ok),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": SEARCH_FORMAT,
+            "version": SEARCH_VERSION,
+            "settings": dict(self.settings),
+            "modules": {m.module: m.to_json() for m in self.modules},
+            "total": self.totals(),
+        }
+
+
+Progress = Callable[[int, int], None]  # (budget units done, units in all)
+
+
+def search(
+    executor: Executor,
+    compiler: Compiler,
+    jobs: Sequence[CompileJob],
+    policy: Policy,
+    *,
+    budget: int,
+    seed: int = 0,
+    batch: int = DEFAULT_BATCH,
+    spec: WorkSpec | None = None,
+    output_dir: Path | None = None,
+    restart: bool = False,
+    settings: Mapping[str, Any] | None = None,
+    on_progress: Progress | None = None,
+) -> SearchReport:
+    """Search every module of `jobs` from `policy`'s decisions (see the module docstring).
+
+    `spec` gives the compile settings (compiler, timeout, flag edits, size metric); its
+    policy and recording are set here. `settings` adds entries to the recorded settings (e.g. the
+    policy spec as the user wrote it). With `output_dir`, logs and `search.json` are
+    written as modules finish, and modules already there with the same settings and input
+    are taken from it (their trajectories read back from the logs). A module whose
+    baseline or start compile fails gets `error` and is not searched.
+    """
+    if budget < 1:
+        raise ValueError(f"budget must be >= 1 compile per module, got {budget}")
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    names = [job.module for job in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError("duplicate module names in the job list")
+    base = spec if spec is not None else WorkSpec()
+    metric = check_metric(base.size_metric)  # sizes, baselines and the summary all use it
+    recorded = {
+        **dict(settings or {}),
+        "policy": policy.name, "budget": budget, "seed": seed, "batch": batch,
+        "size_metric": metric, "compiler": compiler.describe(),
+        "edits": edits_json(base.edits), "problem": base.problem,
+    }  # fmt: skip
+    store = _Store(Path(output_dir), recorded, restart) if output_dir is not None else None
+    if store is not None:
+        for name in names:
+            module_log_path(store.root, name)  # refuse unusable names before compiling
+    digests = {job.module: _input_digest(job) for job in jobs} if store is not None else {}
+
+    finished: dict[str, ModuleSearch] = {}
+    todo: list[CompileJob] = []
+    for job in jobs:
+        reused = store.reuse(job.module, digests[job.module]) if store is not None else None
+        if reused is not None:
+            finished[job.module] = reused
+        else:
+            todo.append(job)
+
+    total_units, done_units = budget * len(todo), 0
+
+    def advance(units: int) -> None:
+        nonlocal done_units
+        done_units += units
+        if on_progress is not None:
+            on_progress(done_units, total_units)
+
+    def finish(outcome: ModuleSearch, units_left: int) -> None:
+        finished[outcome.module] = outcome
+        if store is not None:
+            store.save(outcome, digests[outcome.module])
+        advance(units_left)  # budget a module did not need
+
+    advance(0)
+    searchers: list[_Searcher] = []
+    baselines = {r.module: r for r in baseline_results(executor, todo, compiler, spec=base)}
+    for job in todo:
+        b = baselines.get(job.module)
+        if b is None or not b.ok or b.size is None:
+            why = (b.error if b is not None else None) or "no result"
+            finish(ModuleSearch(job.module, None, None, None, 0, 0, error=f"baseline: {why}"),
+                   budget)
+        else:
+            searchers.append(_Searcher(job, policy, b.size, budget, seed, batch))
+
+    round_no = 0
+    while searchers:
+        proposals = {s.module: s.propose() for s in searchers}
+        for s in [s for s in searchers if s.done]:  # nothing left to try
+            finish(s.outcome(), s.budget - s.used)
+        searchers = [s for s in searchers if not s.done]
+        if not searchers:
+            break
+        tables: dict[str, tuple[str, bytes]] = {}
+        cand_jobs: list[CompileJob] = []
+        slots: dict[str, tuple[str, int]] = {}
+        for s in searchers:
+            for k, (_, table) in enumerate(proposals[s.module]):
+                name = f"{s.module}@{round_no}.{k}"  # unique per candidate: results map back
+                tables[name] = (s.module, table)
+                slots[name] = (s.module, k)
+                cand_jobs.append(dataclasses.replace(s.job, module=name))
+        round_spec = dataclasses.replace(base, policy=ReplayPolicy(policy, tables), record=True)
+        got: dict[str, dict[int, ModuleResult]] = {s.module: {} for s in searchers}
+        best_now = {s.module: s.best.size if s.best is not None else None for s in searchers}
+        for res in executor.run(round_spec, cand_jobs):
+            module, k = slots[res.module]
+            res = dataclasses.replace(res, module=module)
+            current = best_now[module]
+            if current is not None and (res.size is None or res.size >= current):
+                # only a compile that beats the best can need its trajectory: a round
+                # holds one result per candidate of the whole corpus
+                res = dataclasses.replace(res, trajectory=None)
+            got[module][k] = res
+            advance(1)
+        for s in searchers:
+            props = proposals[s.module]
+            s.absorb([(p, got[s.module].get(k) or ModuleResult(s.module, None, error="no result"))
+                      for k, (p, _) in enumerate(props)])
+            if s.done:
+                finish(s.outcome(), s.budget - s.used)
+        searchers = [s for s in searchers if not s.done]
+        round_no += 1
+
+    report = SearchReport(recorded, tuple(finished[n] for n in sorted(finished)))
+    if store is not None:
+        store.complete()
+    return report
+
+
+def _input_digest(job: CompileJob) -> str:
+    """What a module's search depends on besides the settings: its command and bitcode."""
+    h = hashlib.sha256("\0".join(job.cmd).encode())
+    h.update(b"\0")
+    h.update(job.bitcode)
+    return h.hexdigest()
+
+
+# --- the output directory ------------------------------------------------------------------
+
+
+class _Store:
+    """`search.json` and one log per module, updated as modules finish."""
+
+    def __init__(self, root: Path, settings: Mapping[str, Any], restart: bool) -> None:
+        self.root = root
+        self.settings = json.loads(json.dumps(settings))  # as it reads back from the file
+        self.records: dict[str, dict[str, Any]] = {}
+        if root.exists() and not root.is_dir():
+            raise SearchDirError(f"{root} exists and is not a directory")
+        summary = root / SUMMARY_FILE
+        if summary.is_file() and not restart:
+            self.records = self._load(summary)
+        elif root.is_dir() and any(root.iterdir()) and not summary.is_file():
+            raise SearchDirError(f"{root} is not empty and holds no {SUMMARY_FILE}: not a "
+                                 "search directory; choose another one")
+        elif restart and summary.is_file():
+            for module in self._old_modules(summary):
+                module_log_path(root, module).unlink(missing_ok=True)
+            summary.unlink()
+
+    def _load(self, summary: Path) -> dict[str, dict[str, Any]]:
+        try:
+            doc = json.loads(summary.read_text())
+        except (OSError, ValueError) as exc:
+            raise SearchDirError(f"{summary}: unreadable ({exc}); use restart") from exc
+        if not isinstance(doc, dict) or doc.get("format") != SEARCH_FORMAT:
+            raise SearchDirError(f"{summary}: not a {SEARCH_FORMAT} summary")
+        old = doc.get("settings") or {}
+        if old.get("size_metric") != self.settings["size_metric"]:
+            raise SearchDirError(
+                f"{self.root} was searched measuring sizes as {old.get('size_metric')!r}, "
+                f"this run measures {self.settings['size_metric']!r}: bytes of two metrics "
+                "cannot be compared or mixed in one summary; use another output directory "
+                "(or restart to discard it)"
+            )
+        changed = sorted(k for k in set(old) | set(self.settings)
+                         if old.get(k) != self.settings.get(k))
+        if changed:
+            diff = ", ".join(f"{k}: {old.get(k)!r} -> {self.settings.get(k)!r}"
+                             for k in changed)
+            raise SearchDirError(f"{self.root} was searched with other settings ({diff}); "
+                                 "use another output directory (or restart to discard it)")
+        modules = doc.get("modules")
+        return dict(modules) if isinstance(modules, dict) else {}
+
+    @staticmethod
+    def _old_modules(summary: Path) -> Iterable[str]:
+        try:
+            modules = json.loads(summary.read_text()).get("modules") or {}
+        except (OSError, ValueError, AttributeError):
+            return []
+        return [m for m in modules if isinstance(m, str)]
+
+    def reuse(self, module: str, digest: str) -> ModuleSearch | None:
+        """The module's finished search, if it is here for this input; else None."""
+        rec = self.records.get(module)
+        if not isinstance(rec, dict) or rec.get("error") or rec.get("input_sha256") != digest:
+            return None
+        log = module_log_path(self.root, module)
+        if not log.is_file():
+            return None
+        _, traj, _ = read_trace_log(log)
+        return ModuleSearch(module, rec["baseline_bytes"], rec["start_bytes"],
+                            rec["best_bytes"], rec["compiles"], rec["decisions"],
+                            rec.get("accepted", 0), None, traj)
+
+    def save(self, outcome: ModuleSearch, digest: str) -> None:
+        """Write the module's log (the best trajectory), then its record."""
+        log = module_log_path(self.root, outcome.module)
+        error = outcome.error
+        if error is None:
+            assert outcome.trajectory is not None
+            reward = outcome.reward
+            if reward is None:
+                error = (f"-Oz has no bytes but the best has {outcome.best_bytes}: "
+                         "no relative reward")
+            else:
+                _write_atomic(log, trajectory_log_bytes(outcome.trajectory, reward))
+        if error is not None:
+            log.unlink(missing_ok=True)
+        self.records[outcome.module] = {**outcome.to_json(), "error": error,
+                                        "input_sha256": digest}
+        self._write(complete=False)
+
+    def complete(self) -> None:
+        self._write(complete=True)
+
+    def _write(self, *, complete: bool) -> None:
+        mods = [ModuleSearch(m, r["baseline_bytes"], r["start_bytes"], r["best_bytes"],
+                             r["compiles"], r["decisions"], r.get("accepted", 0), r["error"])
+                for m, r in sorted(self.records.items())]
+        doc = SearchReport(self.settings, tuple(mods)).to_json()
+        for m, r in doc["modules"].items():
+            r["input_sha256"] = self.records[m]["input_sha256"]
+        doc["complete"] = complete
+        text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        _write_atomic(self.root / SUMMARY_FILE, text.encode())
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; results are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
