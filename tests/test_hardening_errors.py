@@ -36,6 +36,7 @@ from pymlgo.problems.inlining.compile import compile_baseline, compile_with_poli
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.toolchain.bitcode import producer
 from pymlgo.toolchain.compiler import Compiler, CompilerError, find_compiler
+from pymlgo.toolchain.size import ObjectSize
 
 # --- no usable zig binary for this platform --------------------------------------------------
 
@@ -306,8 +307,9 @@ def test_a_baseline_cache_entry_that_cannot_be_written_leaves_no_temp_file(
     tmp_path: Path,
 ) -> None:
     cache = BaselineCache(tmp_path)
-    cache.put("a" * 64, 1234)
+    kept = ObjectSize(code=1234, unwind=56, berkeley_text=1290)
+    cache.put("a" * 64, kept)
     with file_size_limit(0), pytest.raises(OSError):
-        cache.put("b" * 64, 5678)
+        cache.put("b" * 64, ObjectSize(code=5678, berkeley_text=5678))
     assert sorted(os.listdir(tmp_path / "baselines")) == ["a" * 64 + ".json"]
-    assert cache.get("a" * 64) == 1234 and cache.get("b" * 64) is None
+    assert cache.get("a" * 64) == kept and cache.get("b" * 64) is None
