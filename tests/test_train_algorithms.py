@@ -163,3 +163,21 @@ def test_dqn_loss_goes_down(tiny_corpus, executor, compiler):
     more = buffer_loss(algo, algo.q)
     assert trained < 0.8 * untrained
     assert more < trained
+
+
+def test_il_improves_on_its_bc_start(tiny_corpus, executor, compiler):
+    config = tiny_config("il", warmstart="bc", bc={"batch_size": 32},
+                         il={"budget": 12, "search_batch": 6, "epochs_per_iteration": 30,
+                             "batch_size": 32})
+    setup, env = setup_for(config, tiny_corpus, executor, compiler)
+    algo = trainer.make_algorithm(config, setup)
+    start = env.evaluate(algo.policy(), env.names)  # the bc warm start, about -Oz
+    first = algo.iterate(env, 1)
+    # search never ends above where it started, and found something smaller here
+    assert first["il/search_change"] < first["il/start_change"]
+    assert first["il/start_change"] == pytest.approx(start)
+    assert first["il/dataset_modules"] == len(env.names)
+    second = algo.iterate(env, 2)
+    end = env.evaluate(algo.policy(), env.names)
+    assert second["il/agreement"] > 0.9  # it learned the searched decisions
+    assert end < start  # and the cloned policy is smaller than its bc start

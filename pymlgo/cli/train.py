@@ -12,7 +12,7 @@ from pymlgo.cli import common
 if TYPE_CHECKING:  # torch-free, but `mlgo --help` should not import the trainer
     from pymlgo.train.config import TrainConfig
 
-_ALGOS = ("bc", "ppo", "es", "dqn")
+_ALGOS = ("bc", "ppo", "es", "dqn", "il")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     common.add_corpus_arg(p)
     p.add_argument("--algo", choices=_ALGOS, default=None,
                    help="bc: imitate clang's heuristic; ppo: policy gradient; es: evolution "
-                   "strategies; dqn: Q-learning (required unless --config sets algo)")
+                   "strategies; dqn: Q-learning; il: imitation learning from search (search "
+                   "from the policy for smaller decisions, clone them, repeat) (required "
+                   "unless --config sets algo)")
     p.add_argument("--output_dir", "--output-dir", dest="output_dir", type=Path, required=True,
                    metavar="DIR", help="run directory (resumed if it holds a checkpoint)")
     p.add_argument("--seed", type=int, default=None, help="seed of everything random "
@@ -63,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
                    help="TOML file with TrainConfig fields (top-level keys such as seed, "
                    "warmstart, vocab, traces; tables [split], [policy], [compile], [bc], "
-                   "[ppo], [es], [dqn]); unknown keys are an error; flags override it (a "
+                   "[ppo], [es], [dqn], [il]); unknown keys are an error; flags override it (a "
                    "compile flag option replaces that [compile] list)")
     p.add_argument("--partial-rewards", "--partial_rewards", dest="partial_rewards",
                    choices=["none", "ir2native"], default=None,
@@ -124,7 +126,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             raise cfg.ConfigError(f"{args.config}: compile must be a table")
         data["compile"] = {**table, **flags}
     if "algo" not in data:
-        raise cfg.ConfigError("give --algo {bc,ppo,es,dqn} (or a --config file that sets algo)")
+        raise cfg.ConfigError("give --algo {bc,ppo,es,dqn,il} (or a --config file that sets algo)")
     try:
         return cfg.from_dict(cfg.TrainConfig, data)  # type: ignore[no-any-return]
     except cfg.ConfigError as exc:

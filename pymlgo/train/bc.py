@@ -52,20 +52,8 @@ class BehaviourCloning:
 
     def fit(self, epochs: int) -> dict[str, float]:
         """`epochs` passes over the demonstrations; mean minibatch loss of each pass."""
-        n = len(self.y)
-        losses = []
-        for _ in range(epochs):
-            order = torch.from_numpy(self.rng.permutation(n))
-            total = 0.0
-            for start in range(0, n, self.cfg.batch_size):
-                idx = order[start : start + self.cfg.batch_size]
-                logits = self.net(self.x[idx])[:, 0]
-                loss = F.binary_cross_entropy_with_logits(logits, self.y[idx])
-                self.opt.zero_grad()
-                loss.backward()
-                self.opt.step()
-                total += loss.item() * len(idx)
-            losses.append(total / max(n, 1))
+        losses = fit_epochs(self.net, self.opt, self.x, self.y, self.cfg.batch_size, epochs,
+                            self.rng)
         scalars = {"bc/loss": losses[-1] if losses else float("nan"),
                    "bc/loss_first_epoch": losses[0] if losses else float("nan")}
         scalars |= self.accuracy()
@@ -74,10 +62,10 @@ class BehaviourCloning:
     @torch.no_grad()
     def accuracy(self) -> dict[str, float]:
         """Agreement with the heuristic (greedy: inline iff logit >= 0, as workers decide)."""
-        out = {"bc/accuracy_train": _agreement(self.net, self.x, self.y),
+        out = {"bc/accuracy_train": agreement(self.net, self.x, self.y),
                "bc/inline_rate_heuristic": float(self.y.mean()) if len(self.y) else 0.0}
         if self.val is not None:
-            out["bc/accuracy_validation"] = _agreement(self.net, *self.val)
+            out["bc/accuracy_validation"] = agreement(self.net, *self.val)
         return out
 
     def iterate(self, env: TrainEnv, iteration: int) -> dict[str, float]:
@@ -94,7 +82,31 @@ class BehaviourCloning:
         self.rng.bit_generator.state = state["rng"]
 
 
-def _agreement(net: MLP, x: torch.Tensor, y: torch.Tensor) -> float:
+def fit_epochs(net: MLP, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               batch_size: int, epochs: int, rng: np.random.Generator) -> list[float]:
+    """`epochs` passes of binary cross-entropy (logit vs 0/1 label) over (x, y) in
+    minibatches shuffled by `rng`; the mean loss of each pass."""
+    n = len(y)
+    losses = []
+    for _ in range(epochs):
+        order = torch.from_numpy(rng.permutation(n))
+        total = 0.0
+        for start in range(0, n, batch_size):
+            idx = order[start : start + batch_size]
+            logits = net(x[idx])[:, 0]
+            loss = F.binary_cross_entropy_with_logits(logits, y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+        losses.append(total / max(n, 1))
+    return losses
+
+
+@torch.no_grad()
+def agreement(net: MLP, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Fraction of labels the greedy network matches (inline iff logit >= 0, as workers
+    decide)."""
     if not len(y):
         return float("nan")
     decided = (net(x)[:, 0] >= 0).float()
