@@ -376,3 +376,25 @@ def test_cli_help_explains_all_and_unity() -> None:
     assert proc.returncode == 0
     for word in ("--all", "--no_unity", "_unity", "debian_summary.json", "abseil", "autoconf"):
         assert word in proc.stdout
+
+
+def test_a_source_compiled_twice_with_the_same_flags_is_one_module(tmp_path: Path) -> None:
+    # A helper built into two test programs: two objects, identical bitcode.
+    write_tree(tmp_path / "src" / "twice" / "twice-1.0", {
+        "debian/control": "",
+        "Makefile": "all: one/h.o two/h.o other.o\n"
+                    "one/h.o two/h.o: h.c\n\tmkdir -p $(@D) && $(CC) $(CFLAGS) -c h.c -o $@\n"
+                    "other.o: other.c\n\t$(CC) $(CFLAGS) -c other.c -o $@\n",
+        "h.c": "int helper(int x) { return x * 2; }\n",
+        "other.c": "int other(int x) { return x - 2; }\n",
+    })
+    config = DebianConfig(output_dir=tmp_path / "c", src_cache=tmp_path / "src",
+                          build_root=tmp_path / "build", progress=False)
+    (res,) = build_debian_corpora(["twice"], config,
+                                  recipes={"twice": Recipe("twice", "c", (("make",),))},
+                                  fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    assert res.status == "built" and res.modules == 2
+    assert [m.name for m in load_corpus(tmp_path / "c").modules] == ["twice/one/h",
+                                                                       "twice/other"]
+    info = json.loads((tmp_path / "c" / "twice" / INFO_FILE).read_text())
+    assert info["duplicates_dropped"] == 1

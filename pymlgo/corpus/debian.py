@@ -369,13 +369,17 @@ def missing_tools(recipe: Recipe) -> list[str]:
     return [t for t in recipe.tools() if shutil.which(t) is None]
 
 
+_CXX_SUFFIXES = (b".cc", b".cpp", b".cxx", b".c++", b".C", b".hpp", b".hh", b".ii")
+
+
 def module_language(cmd: bytes) -> str:
-    """"c++" or "c": the `-x` of a module's cc1 command (what clang parsed it as)."""
+    """"c++" or "c" for a module's cc1 command (which names no input: -main-file-name and
+    -std tell the language)."""
     args = cmd.split(b"\0")
     for i, arg in enumerate(args[:-1]):
-        if arg == b"-x":
-            return "c++" if args[i + 1].startswith(b"c++") else "c"
-    return "c"
+        if arg == b"-main-file-name":
+            return "c++" if args[i + 1].endswith(_CXX_SUFFIXES) else "c"
+    return "c++" if any(a.startswith((b"-std=c++", b"-std=gnu++")) for a in args) else "c"
 
 
 def count_languages(sub: Path) -> dict[str, int]:
@@ -387,6 +391,42 @@ def count_languages(sub: Path) -> dict[str, int]:
             continue
         counts[lang] = counts.get(lang, 0) + 1
     return dict(sorted(counts.items()))
+
+
+def drop_duplicate_modules(corpus: Path) -> int:
+    """Remove modules whose bitcode is byte-identical to an earlier module's (by name order).
+
+    Builds compile one source many times with the same flags (e.g. a test helper linked into
+    every test program, each with its own object); the copies would weigh that code several
+    times in training and could land on both sides of a split by module. Returns how many."""
+    import hashlib
+
+    desc = read_description(corpus)
+    seen: set[str] = set()
+    keep: list[str] = []
+    dropped: list[str] = []
+    for name in sorted(desc["modules"]):
+        digest = hashlib.sha256((corpus / f"{name}.bc").read_bytes()).hexdigest()
+        (dropped if digest in seen else keep).append(name)
+        seen.add(digest)
+    if dropped:
+        kept = set(keep)
+        desc["modules"] = [n for n in desc["modules"] if n in kept]
+        write_description_dict(corpus, desc)
+        for name in dropped:
+            for suffix in (".bc", ".cmd"):
+                (corpus / f"{name}{suffix}").unlink(missing_ok=True)
+    return len(dropped)
+
+
+def _dedupe_cached(sub: Path, info: dict[str, object]) -> None:
+    """Sub-corpora built before duplicates were dropped get the same treatment once."""
+    if "duplicates_dropped" in info:
+        return
+    info["duplicates_dropped"] = drop_duplicate_modules(sub)
+    info["modules"] = len(read_description(sub)["modules"])
+    info["languages"] = count_languages(sub)
+    (sub / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
 
 
 def _merge_into(corpus: Path, extra: Path) -> int:
@@ -474,6 +514,7 @@ def build_package(
             optional_failed = []
             if (workdir / OPTIONAL_FAILED).is_file():
                 optional_failed = (workdir / OPTIONAL_FAILED).read_text().splitlines()
+            duplicates = drop_duplicate_modules(staging)
             unity_info: dict[str, object] = {"modules": 0}
             if unity and recipe.unity:
                 unity_info = _add_unity(recipe, workdir, staging, compiler, jobs, log)
@@ -495,6 +536,7 @@ def build_package(
             "opt_level": OPT_LEVEL,
             "modules": len(read_description(staging)["modules"]),
             "languages": count_languages(staging),
+            "duplicates_dropped": duplicates,
             "unity": unity_info,
             "compiles": result.compiles,
             "build_seconds": round(time.monotonic() - started, 1),
@@ -540,8 +582,9 @@ def _add_unity(recipe: Recipe, workdir: Path, corpus: Path, compiler: Compiler, 
 
 
 def _result_from_info(pkg: str, status: str, info: dict[str, object], seconds: float,
-                      log: str) -> PackageResult:
-    langs = info.get("languages")
+                      log: str, sub: Path | None = None) -> PackageResult:
+    # Counted again from the modules: a cheap read, and right even for older info files.
+    langs = count_languages(sub) if sub is not None else info.get("languages")
     unity = info.get("unity")
     return PackageResult(
         pkg, status, int(str(info.get("modules", 0))), seconds, log=log,
@@ -630,8 +673,10 @@ def build_debian_corpora(
         bar.set_postfix_str(pkg)
         if is_built(sub, recipe, compiler, versions.get(pkg)):
             info = _read_info(sub) or {}
+            _dedupe_cached(sub, info)
             res = _result_from_info(pkg, "cached", info,
-                                    float(str(info.get("build_seconds", 0.0))), str(log_path))
+                                    float(str(info.get("build_seconds", 0.0))), str(log_path),
+                                    sub)
             _say(config.progress, f"{tag}: cached ({res.modules} modules)")
         else:
             started = time.monotonic()
@@ -647,7 +692,7 @@ def build_debian_corpora(
                               progress=config.progress, unity=config.unity)
                 secs = time.monotonic() - started
                 res = _result_from_info(pkg, "built", _read_info(sub) or {}, secs,
-                                        str(log_path))
+                                        str(log_path), sub)
                 _say(config.progress, f"{tag}: {res.modules} modules ({res.unity_modules} "
                      f"unity) in {secs / 60:.1f} min")
             except (CorpusError, OSError, subprocess.SubprocessError) as exc:

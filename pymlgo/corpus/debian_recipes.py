@@ -138,6 +138,16 @@ def dep_cmake_configure(dep: str, *options: str) -> tuple[str, ...]:
     return cmake_configure(*options, source=f"{{dep_{dep}}}", build=f"{DEPS_DIR}/{dep}")
 
 
+# Debian points these packages at the system googletest/benchmark and comments out their
+# bundled copies; the copies come back as links to those packages' source trees.
+# Only googletest: benchmark's CMake fails as a subproject of these (no version set).
+_UNCOMMENT_THIRD_PARTY = ("sed", "-i", r's|^\(\s*\)#\s*add_subdirectory("third_party/googletest|'
+                          r'\1add_subdirectory("third_party/googletest|', "CMakeLists.txt")
+# googletest/benchmark compiled inside another package's build are those packages' code: not
+# that package's modules (a split by package would see them on both sides).
+_NOT_THEIR_GTEST = (r"/third_party/(googletest|benchmark)/|/googletest-build/"
+                    r"|/CMakeFiles/(gtest|gmock|gtest_main|gmock_main)\.dir/")
+
 _OGG_DEP = dep_cmake_configure("libogg")  # generates ogg/config_types.h
 _OGG_OPTS = ("-DOGG_INCLUDE_DIR={dep_libogg}/include", "-DOGG_LIBRARY={src}/_deps/libogg/libogg.a",
              "-DCMAKE_C_FLAGS=-I{src}/_deps/libogg/include")
@@ -197,8 +207,10 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         shell("cd _deps/libxml2 && ./configure --disable-shared --without-python "
               "--without-zlib --without-lzma --without-icu --without-threads && "
               "make -j{jobs} libxml2.la"),
+        # autoreconf: the tarball's ltmain.sh and aclocal.m4 come from different libtools.
         *autotools("--without-python", "--without-crypto", "--without-debugger",
-                   "--with-libxml-src={src}/_deps/libxml2", make=("-C", "libxslt")),
+                   "--with-libxml-src={src}/_deps/libxml2", make=("-C", "libxslt"),
+                   autoreconf=True),
         ("make", "-j{jobs}", "-C", "libexslt"),
     ), deps=("libxml2",), note="libxslt + libexslt, against libxml2 built from its source"),
     Recipe("openssl", "c", (
@@ -316,6 +328,7 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
            extra=(cmake_configure("-DFMT_DOC=OFF", "-DFMT_TEST=ON", "-DBUILD_TESTING=ON",
                                   "-DFMT_PEDANTIC=OFF", "-DFMT_WERROR=OFF"),
                   cmake_build(keep_going=True)),
+           exclude=_NOT_THEIR_GTEST,
            note="library, then its tests (their gtest is bundled in fmt's test/)"),
     Recipe("googletest", "c++", cmake("-DBUILD_GMOCK=ON", "-DINSTALL_GTEST=OFF",
                                       targets=("gtest", "gmock")),
@@ -327,24 +340,27 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
     Recipe("snappy", "c++", (
         link_dep("googletest", "third_party/googletest"),
         link_dep("benchmark", "third_party/benchmark"),
+        _UNCOMMENT_THIRD_PARTY,
         *cmake("-DSNAPPY_INSTALL=OFF", "-DSNAPPY_BUILD_TESTS=OFF",
                "-DSNAPPY_BUILD_BENCHMARKS=OFF", targets=("snappy",))),
-        extra=(cmake_configure("-DSNAPPY_BUILD_TESTS=ON", "-DSNAPPY_BUILD_BENCHMARKS=ON",
+        extra=(cmake_configure("-DSNAPPY_BUILD_TESTS=ON", "-DSNAPPY_BUILD_BENCHMARKS=OFF",
                                "-DBUILD_TESTING=ON", "-DBENCHMARK_ENABLE_TESTING=OFF",
                                "-DBENCHMARK_ENABLE_WERROR=OFF", "-DSNAPPY_INSTALL=OFF"),
                cmake_build(keep_going=True)),
-        deps=("googletest", "benchmark"),
-        note="library, tests and benchmark (googletest/benchmark from their source packages)"),
+        deps=("googletest", "benchmark"), exclude=_NOT_THEIR_GTEST,
+        note="library and tests (googletest from its source package)"),
     Recipe("leveldb", "c++", (
         link_dep("googletest", "third_party/googletest"),
         link_dep("benchmark", "third_party/benchmark"),
+        _UNCOMMENT_THIRD_PARTY,
         *cmake("-DLEVELDB_BUILD_TESTS=OFF", "-DLEVELDB_BUILD_BENCHMARKS=OFF",
                "-DLEVELDB_INSTALL=OFF", targets=("leveldb",))),
-        extra=(cmake_configure("-DLEVELDB_BUILD_TESTS=ON", "-DLEVELDB_BUILD_BENCHMARKS=ON",
+        extra=(cmake_configure("-DLEVELDB_BUILD_TESTS=ON", "-DLEVELDB_BUILD_BENCHMARKS=OFF",
                                "-DBUILD_TESTING=ON", "-DBENCHMARK_ENABLE_TESTING=OFF",
                                "-DBENCHMARK_ENABLE_WERROR=OFF", "-DLEVELDB_INSTALL=OFF"),
                cmake_build(keep_going=True)),
-        deps=("googletest", "benchmark"), note="without snappy/crc32c/tcmalloc; with tests"),
+        deps=("googletest", "benchmark"), exclude=_NOT_THEIR_GTEST,
+        note="without snappy/crc32c/tcmalloc; with tests"),
     Recipe("protobuf", "c++", (
         link_dep("googletest", "third_party/googletest"),
         *cmake("-Dprotobuf_BUILD_TESTS=OFF", "-Dprotobuf_BUILD_PROTOC_BINARIES=ON",
@@ -355,7 +371,8 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                                "-Dprotobuf_BUILD_SHARED_LIBS=OFF", "-DBUILD_TESTING=ON",
                                "-Dprotobuf_USE_EXTERNAL_GTEST=OFF"),
                cmake_build(keep_going=True)),
-        deps=("googletest",), note="libprotobuf(-lite), libprotoc, protoc, then tests"),
+        deps=("googletest",), exclude=_NOT_THEIR_GTEST,
+        note="libprotobuf(-lite), libprotoc, protoc, then tests"),
     Recipe("re2", "c++", cmake("-DRE2_BUILD_TESTING=OFF", targets=("re2",)),
            note="library (its tests need an installed googletest/benchmark)"),
     Recipe("abseil", "c++", cmake("-DABSL_PROPAGATE_CXX_STD=ON", "-DCMAKE_CXX_STANDARD=17"),
@@ -365,7 +382,7 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                                   "-DABSL_USE_GOOGLETEST_HEAD=OFF",
                                   "-DABSL_LOCAL_GOOGLETEST_DIR={dep_googletest}"),
                   cmake_build(keep_going=True)),
-           deps=("googletest",), note="all libraries, then tests"),
+           deps=("googletest",), exclude=_NOT_THEIR_GTEST, note="all libraries, then tests"),
     Recipe("double-conversion", "c++", cmake(),
            extra=(cmake_configure("-DBUILD_TESTING=ON"), cmake_build(keep_going=True))),
     Recipe("gflags", "c++", cmake("-DBUILD_STATIC_LIBS=ON", "-DBUILD_gflags_nothreads_LIB=OFF"),
@@ -440,7 +457,9 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
     Recipe("libmatroska", "c++", (
         dep_cmake_configure("libebml", "-DDISABLE_PKGCONFIG=ON"),
         cmake_build("ebml", build=f"{DEPS_DIR}/libebml"),
-        *cmake("-DEBML_DIR={src}/_deps/libebml", "-DDISABLE_PKGCONFIG=ON")),
+        # EBMLConfig.cmake works from an install tree only.
+        ("cmake", "--install", f"{DEPS_DIR}/libebml", "--prefix", "{src}/_deps/prefix"),
+        *cmake("-DEBML_DIR={src}/_deps/prefix/lib/cmake/EBML", "-DDISABLE_PKGCONFIG=ON")),
         deps=("libebml",), note="against libebml built from its source package"),
     Recipe("tinyobjloader", "c++", cmake("-DTINYOBJLOADER_BUILD_TEST_LOADER=ON",
                                          "-DTINYOBJLOADER_BUILD_OBJ_STICHER=ON")),
