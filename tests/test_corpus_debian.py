@@ -338,7 +338,7 @@ def test_unity_modules_belong_to_their_package_and_skip_sources_that_clash(
     cmd = parse_cmd((out / f"{unity[0]}.cmd").read_bytes())
     assert cmd[cmd.index("-target-cpu") + 1] == "x86-64" and "-Os" in cmd
     info = json.loads((out / "u" / INFO_FILE).read_text())
-    assert info["unity"]["modules"] == 1 and info["unity"]["sources"] == 2  # c.c and d.c
+    assert info["unity"]["modules"] == 1 and info["unity"]["sources"] == 3  # b.c, c.c, d.c
     # Without unity modules, only the package's own.
     config2 = DebianConfig(output_dir=tmp_path / "plain", src_cache=tmp_path / "src",
                            build_root=tmp_path / "build", progress=False, unity=False)

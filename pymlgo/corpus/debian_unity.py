@@ -9,9 +9,12 @@ compiled with the group's flags, for the same fixed target, with bitcode embedde
 
 This works for any build system (CMake, autotools, plain make), unlike CMake's
 UNITY_BUILD. Sources that do not compile together (two `static` functions of one name, a
-macro one file leaves behind) make a batch fail: it is split in two and each half tried
-again, down to two sources; what still fails is dropped (its sources are in the corpus as
-ordinary modules anyway). The modules land in the package's sub-corpus as `_unity/...`, so
+macro one file leaves behind) make a batch fail at the first source that clashes with an
+earlier one: the sources before it become one module, and the batch goes on from that source
+(when no source can be blamed, each half is tried on its own); pieces too small to be big
+modules are dropped (their sources are in the corpus as ordinary modules anyway).
+
+The modules land in the package's sub-corpus as `_unity/...`, so
 their names start with the package and a split never separates them from it.
 """
 
@@ -145,6 +148,36 @@ def batches(group: _Group) -> list[list[Path]]:
             and sum(s.stat().st_size for s in b) >= MIN_BATCH_BYTES]
 
 
+def big_enough(batch: Sequence[Path], factor: int) -> bool:
+    """At least `factor` times the minimum a unity batch needs, in sources and bytes."""
+    return (len(batch) >= factor * MIN_SOURCES
+            and sum(s.stat().st_size for s in batch) >= factor * MIN_BATCH_BYTES)
+
+
+def first_clash(stderr_lines: Sequence[str], unity_src: Path, batch: Sequence[Path]
+                ) -> int | None:
+    """Index in `batch` of the source where the first error of a unity compile is: the file
+    of the error itself, or the unity file's `#include` line the error came through."""
+    index = {str(s): i for i, s in enumerate(batch)}
+    included_at: int | None = None
+    prefix = f"In file included from {unity_src}:"
+    for line in stderr_lines:
+        if line.startswith(prefix):
+            number = line[len(prefix):].split(":")[0]
+            # Line 1 is the comment; source i is included on line i + 2.
+            included_at = int(number) - 2 if number.isdigit() else None
+            continue
+        if "error:" in line:
+            where = line.split(":")[0]
+            if where in index:
+                return index[where]
+            return included_at if included_at is not None and 0 <= included_at < len(
+                batch) else None
+        if not line.startswith("In file included from"):
+            included_at = None  # a note or a snippet: the chain above is over
+    return None
+
+
 def build_unity_modules(
     entries: Sequence[dict[str, Any]],
     workdir: Path,
@@ -185,7 +218,7 @@ def build_unity_modules(
             lines = proc.stderr.strip().splitlines()
             why = ([ln for ln in lines if "error:" in ln] or lines)[:2] if not ok else []
         except subprocess.TimeoutExpired:
-            ok, why = False, ["timed out"]
+            ok, lines, why = False, [], ["timed out"]
         if ok:
             return [{"directory": group.directory, "arguments": argv, "file": str(src),
                      "output": str(obj)}]
@@ -193,13 +226,22 @@ def build_unity_modules(
             print(f"mlgo unity: {src.relative_to(workdir)} ({len(batch)} sources) failed: "
                   + " | ".join(why), file=log, flush=True)
         src.unlink(missing_ok=True)
-        if len(batch) < 2 * MIN_SOURCES or sum(
-                s.stat().st_size for s in batch) < 2 * MIN_BATCH_BYTES:
+        if not big_enough(batch, 2):
             return []
-        # Sources that clash when compiled together: try each half on its own.
-        half = len(batch) // 2
-        return [*compile_batch(group, batch[:half], stem.with_name(stem.name + "a")),
-                *compile_batch(group, batch[half:], stem.with_name(stem.name + "b"))]
+        k = first_clash(lines, src, batch)
+        if k is None:
+            # No source to blame (a timeout, an unusual message): try each half on its own.
+            k = len(batch) // 2
+            return [*compile_batch(group, batch[:k], stem.with_name(stem.name + "a")),
+                    *compile_batch(group, batch[k:], stem.with_name(stem.name + "b"))]
+        # Source k clashes with one before it, which all compiled together up to there: keep
+        # those as one module and go on from source k (it may fit with the ones after it).
+        head = compile_batch(group, batch[:k], stem.with_name(stem.name + "a")) if (
+            big_enough(batch[:k], 1)) else []
+        rest = batch[max(k, 1):]
+        tail = compile_batch(group, rest, stem.with_name(stem.name + "b")) if (
+            big_enough(rest, 1)) else []
+        return [*head, *tail]
 
     made: list[dict[str, Any]] = []
     failed = 0
