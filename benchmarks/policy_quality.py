@@ -1,29 +1,55 @@
 """Policy quality: ES and PPO (each warm-started from behaviour cloning) vs -Oz.
 
 Snapshots the allowed training data (the demo corpus and the Debian corpora, or the
-corpora given) into one corpus whose package is each module name's first component,
-splits it by package (seeded: the held-out packages share no source with training),
-trains `es` and then `ppo` for half of `--minutes` each (setup included; `ppo` reuses the
-setup `es` computed, which is identical: same split, vocab and warm start), and compiles
-the training and held-out modules with each algorithm's best-by-validation policy.
+corpora given) into one corpus whose package is each module name's first component.
 
-Prints JSON (also written to OUTPUT_DIR/policy_quality.json): total .text change vs -Oz
-on the training split and on the held-out split, per algorithm (and for the bc warm start
-alone), per held-out package, training minutes, and whether the targets are met.
+Single split (`--folds 1`, the default): splits it by package (seeded: the held-out
+packages share no source with training), trains each of `--algos` for an equal share of
+`--minutes` (setup included; later runs reuse the setup the first computed when it is
+identical: same split, vocab and warm start), and compiles the training and held-out
+modules with each algorithm's best-by-validation policy.
+
+K-fold by package (`--folds K`, K >= 2): the packages are dealt into K seeded folds of
+about equal module counts; fold i holds out its packages, and every algorithm trains on
+the other folds' packages (minus a validation slice of 10% of the modules, which picks
+`best/`) and is evaluated on fold i's held-out packages only. Every package is held out
+exactly once, so the pooled totals cover the whole corpus. `--minutes` is then the total
+budget: each algorithm gets `minutes / (folds * algorithms)` of training per fold (or
+`--run-minutes` each, which overrides); the fold's setup (clang's decisions, the vocab and
+the bc warm start) runs once before, on no algorithm's clock. Reported per fold and
+pooled: the held-out change (allocated and text side by side), the guarded total (per
+module the smaller of policy and -Oz), the module-size buckets, per held-out package
+changes and the worst package; and over folds the mean and the worst fold.
+
+An algorithm is `ALGO[:WEIGHTING]` (`ppo`, `ppo:bytes`, `es:module`; WEIGHTING sets
+`reward_weighting`). `--tails clip,log` evaluates each trained policy with both ways of
+normalizing feature values beyond its vocab (the weights are the same; `log` extrapolates
+what `clip` saturates, see `pymlgo.policy.vocab`), and `out_of_range` reports, per
+module-size bucket, how many of clang's held-out decisions have a feature beyond the vocab.
+`search_limit`: what `pymlgo.evaluate.search` finds on the held-out modules from clang's
+own decisions with `--search-budget` compiles per module (null when the module is absent
+or the budget is 0), and each policy's share of that saving.
+
+Prints JSON (also written to OUTPUT_DIR/policy_quality.json) and, on stderr, markdown
+tables of the same figures.
 
     python benchmarks/policy_quality.py [--minutes 60] [--corpus demo --corpus DIR ...]
         [--output_dir DIR] [--seed 0] [--heldout 0.25] [--workers 2] [--algos es,ppo]
+        [--folds 4 [--run-minutes 3] [--tails clip,log] [--search-budget 8]]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import pickle
+import random
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +60,10 @@ from pymlgo.corpus.format import Corpus, CorpusError, load_corpus, write_corpus_
 from pymlgo.evaluate.eval import EvalReport, corpus_jobs, evaluate
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.store import load_policy_dir
-from pymlgo.toolchain.compiler import find_compiler
+from pymlgo.policy.vocab import Vocab
+from pymlgo.problems.base import CompileJob
+from pymlgo.problems.inlining.policies import HeuristicPolicy
+from pymlgo.toolchain.compiler import Compiler, find_compiler
 from pymlgo.train.config import TrainConfig, make_config
 from pymlgo.train.trainer import SETUP_FILE, RunOptions, train
 from pymlgo.workers import WorkSpec, make_executor
@@ -89,7 +118,8 @@ def snapshot(corpora: Sequence[str], root: Path, skipped: dict[str, str]) -> Cor
     return load_corpus(root)
 
 
-def quality_config(algo: str, seed: int, minutes: float, heldout: float) -> TrainConfig:
+def quality_config(algo: str, seed: int, minutes: float, heldout: float,
+                   weighting: str = "default") -> TrainConfig:
     """Hyperparameters for a 2-core, tens-of-minutes run (see the note in the report).
 
     Batches are uniform over modules, although openssl is about 70% of them. Measured with
@@ -98,6 +128,7 @@ def quality_config(algo: str, seed: int, minutes: float, heldout: float) -> Trai
     (the bc warm start) to +0.52% in 22 iterations while the batches improved by ~0.8%."""
     return make_config(
         algo=algo, seed=seed, time_budget_minutes=minutes, warmstart="bc",
+        reward_weighting=weighting,
         split={"by": "package", "validation": 0.1, "heldout": heldout},
         bc={"warmstart_epochs": 30},
         es={"population": 6, "sigma": 0.05, "learning_rate": 0.02,
@@ -107,9 +138,16 @@ def quality_config(algo: str, seed: int, minutes: float, heldout: float) -> Trai
 
 
 def summary(report: EvalReport) -> dict[str, Any]:
-    return {"change": report.change, "baseline_bytes": report.baseline_total,
+    base = report.baseline_total
+    guarded = report.guarded_total
+    metrics = report.by_metric() if report.ok_modules else {}
+    return {"change": report.change, "baseline_bytes": base,
             "policy_bytes": report.policy_total, "modules": len(report.ok_modules),
-            "failed": len(report.modules) - len(report.ok_modules)}
+            "failed": len(report.modules) - len(report.ok_modules),
+            "guarded_bytes": guarded, "guarded_change": guarded / base - 1.0 if base else 0.0,
+            # allocated (what ships) and text (code only) side by side
+            "by_metric": {k: v["change"] for k, v in metrics.items()},
+            "by_bucket": report.by_bucket()}
 
 
 def by_package(report: EvalReport) -> dict[str, dict[str, Any]]:
@@ -138,41 +176,67 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--heldout", type=float, default=0.25,
                     help="fraction of modules in held-out packages (default 0.25)")
-    ap.add_argument("--algos", default="es,ppo", help="comma-separated (default es,ppo)")
+    ap.add_argument("--algos", default="es,ppo",
+                    help="comma-separated ALGO[:WEIGHTING], ALGO in es, ppo, dqn, WEIGHTING "
+                    "in module, bytes (reward_weighting; default es,ppo)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--folds", type=int, default=1,
+                    help="K >= 2: K-fold by package (see above); 1: one seeded split")
+    ap.add_argument("--run-minutes", type=float, default=None,
+                    help="with --folds: minutes per algorithm per fold (default: --minutes "
+                    "/ (folds * algorithms))")
+    ap.add_argument("--tails", default="clip",
+                    help="with --folds: comma-separated feature tails (clip, log) to "
+                    "evaluate every trained policy with (default clip)")
+    ap.add_argument("--search-budget", type=int, default=0,
+                    help="with --folds: compiles per held-out module for the search limit "
+                    "(pymlgo.evaluate.search from clang's decisions); 0: not searched")
+    ap.add_argument("--only-folds", default=None, metavar="I,J",
+                    help="with --folds: run only these folds (0-based); the others are "
+                    "taken from OUTPUT_DIR when an earlier run finished them with the same "
+                    "settings (so folds can run as separate processes), else left out")
     args = ap.parse_args(argv)
     algos = [a for a in args.algos.split(",") if a]
-    if not algos or set(algos) - {"es", "ppo", "dqn"}:
-        ap.error("--algos: a comma-separated list of es, ppo, dqn")
+    if not algos or any(not _valid_algo(a) for a in algos) or len(set(algos)) < len(algos):
+        ap.error("--algos: a comma-separated list of es, ppo, dqn, each optionally with "
+                 ":module or :bytes, each once")
+    if args.folds < 1:
+        ap.error("--folds must be >= 1")
+    tails = [t for t in args.tails.split(",") if t]
+    if not tails or set(tails) - {"clip", "log"} or len(set(tails)) < len(tails):
+        ap.error("--tails: a comma-separated list of clip, log")
 
     out: Path = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
     corpora = args.corpus or default_corpora()
     skipped: dict[str, str] = {}
     corpus = snapshot(corpora, out / "corpus", skipped)
+    if args.folds > 1:
+        return kfold(args, algos, tails, corpus, corpora, skipped, argv)
     compiler = find_compiler(None)
     spec = WorkSpec(clang=None, timeout=600.0)
     per_algo = args.minutes / len(algos)
     results: dict[str, Any] = {}
     with make_executor(None, args.workers) as executor:
         runs = {}
-        for i, algo in enumerate(algos):
-            config = quality_config(algo, args.seed, per_algo, args.heldout)
-            run_dir = out / algo
+        for i, name in enumerate(algos):
+            algo, weighting = _parse_algo(name)
+            config = quality_config(algo, args.seed, per_algo, args.heldout, weighting)
+            run_dir = out / _run_name(name)
             run_dir.mkdir(parents=True, exist_ok=True)
-            first = out / algos[0] / SETUP_FILE
+            first = out / _run_name(algos[0]) / SETUP_FILE
             if i and first.is_file() and not (run_dir / SETUP_FILE).exists():
                 shutil.copyfile(first, run_dir / SETUP_FILE)  # same split/vocab/warm start
             started = time.monotonic()
-            runs[algo] = train(config, corpus, run_dir, options=RunOptions(workers=args.workers),
+            runs[name] = train(config, corpus, run_dir, options=RunOptions(workers=args.workers),
                                executor=executor)
-            print(f"policy_quality: {algo} trained in {(time.monotonic() - started) / 60:.1f} "
+            print(f"policy_quality: {name} trained in {(time.monotonic() - started) / 60:.1f} "
                   "min", file=sys.stderr, flush=True)
         split = next(iter(runs.values())).split
         train_jobs = corpus_jobs(corpus, split.train)
         held_jobs = corpus_jobs(corpus, split.heldout)
         policies: dict[str, tuple[InliningPolicy, Any]] = {}
-        warm = _warm_start(out / algos[0])
+        warm = _warm_start(out / _run_name(algos[0]))
         if warm is not None:
             policies["bc"] = (warm, None)
         for algo, res in runs.items():
@@ -220,18 +284,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         "algorithms": results,
         "best_algorithm": best,
     }
+    _write_report(out, report)
+    return 0
+
+
+def _write_report(out: Path, report: Mapping[str, Any]) -> None:
     text = json.dumps(report, indent=2)
     tmp = out / "policy_quality.json.tmp"
     tmp.write_text(text + "\n")
     os.replace(tmp, out / "policy_quality.json")
     print(text)
-    return 0
+
+
+def _valid_algo(spec: str) -> bool:
+    algo, _, weighting = spec.partition(":")
+    return algo in ("es", "ppo", "dqn") and weighting in ("", "module", "bytes")
+
+
+def _parse_algo(spec: str) -> tuple[str, str]:
+    """`ppo:bytes` -> ("ppo", "bytes"); `ppo` -> ("ppo", "default")."""
+    algo, _, weighting = spec.partition(":")
+    return algo, weighting or "default"
+
+
+def _run_name(spec: str) -> str:
+    return spec.replace(":", "-")
 
 
 def _warm_start(run_dir: Path) -> InliningPolicy | None:
     """The bc warm start (the policy every algorithm began from), from the run's setup."""
-    import pickle
-
     path = run_dir / SETUP_FILE
     if not path.is_file():
         return None
@@ -239,6 +320,294 @@ def _warm_start(run_dir: Path) -> InliningPolicy | None:
         setup = pickle.load(f)
     return replace(setup.initial.greedy(), name="bc-warmstart")
 
+
+
+# --- k-fold by package -------------------------------------------------------------------
+
+
+def package_folds(corpus: Corpus, folds: int, seed: int) -> list[list[str]]:
+    """Packages dealt into `folds` groups of about equal module counts: biggest first (ties
+    in a seeded shuffle) to the fold with the fewest modules so far (ties: the lowest)."""
+    sizes: dict[str, int] = {}
+    for m in corpus.modules:
+        sizes[m.package] = sizes.get(m.package, 0) + 1
+    if len(sizes) < folds:
+        raise SystemExit(f"--folds {folds}: the corpus has only {len(sizes)} packages")
+    order = sorted(sizes)
+    random.Random(f"folds:{seed}").shuffle(order)
+    order.sort(key=lambda pkg: -sizes[pkg])  # stable: equal sizes keep the shuffle
+    groups: list[list[str]] = [[] for _ in range(folds)]
+    totals = [0] * folds
+    for pkg in order:
+        i = min(range(folds), key=lambda j: (totals[j], j))
+        groups[i].append(pkg)
+        totals[i] += sizes[pkg]
+    return [sorted(g) for g in groups]
+
+
+def out_of_range(executor: Any, jobs: Sequence[CompileJob], vocab: Vocab,
+                 baselines: Mapping[str, int]) -> dict[str, Any]:
+    """Per module-size bucket: clang's own decisions on `jobs` (one recorded -Oz compile
+    each) whose features lie beyond `vocab`'s last boundary, where a "clip" vocab sees 1.0
+    whatever the value."""
+    from pymlgo.evaluate.eval import SIZE_BUCKETS
+
+    spec = WorkSpec(clang=None, timeout=600.0, policy=HeuristicPolicy(), record=True)
+    tops = [float(b[-1]) if b.size else None for b in vocab.boundaries]
+    rows: dict[str, dict[str, Any]] = {
+        name: {"modules": 0, "decisions": 0, "beyond": 0, "features": {}}
+        for name, _, _ in SIZE_BUCKETS}
+    for res in executor.run(spec, list(jobs)):
+        base = baselines.get(res.module)
+        if not res.ok or res.trajectory is None or base is None:
+            continue
+        bucket = next(n for n, lo, hi in SIZE_BUCKETS if base >= lo and (hi is None or base < hi))
+        row = rows[bucket]
+        row["modules"] += 1
+        feats = res.trajectory.features
+        n = len(res.trajectory.advice)
+        any_beyond = [False] * n
+        for name, top in zip(vocab.features, tops, strict=True):
+            if top is None or name not in feats:
+                continue
+            col = [float(v) for v in list(feats[name].reshape(-1))]
+            hits = [v > top for v in col]
+            if any(hits):
+                row["features"][name] = row["features"].get(name, 0) + sum(hits)
+                any_beyond = [a or h for a, h in zip(any_beyond, hits, strict=True)]
+        row["decisions"] += n
+        row["beyond"] += sum(any_beyond)
+    for row in rows.values():
+        d = row["decisions"]
+        row["beyond_fraction"] = row["beyond"] / d if d else 0.0
+        row["features"] = {k: v / d for k, v in sorted(row["features"].items(),
+                                                         key=lambda kv: -kv[1])}
+    return rows
+
+
+def search_limit(executor: Any, compiler: Compiler, jobs: Sequence[CompileJob],
+                 budget: int, seed: int, spec: WorkSpec) -> dict[str, Any] | None:
+    """The held-out saving `pymlgo.evaluate.search` finds from clang's decisions (the
+    best single-module decision sequences in `budget` compiles each): an upper reference
+    for what a policy could reach there. None if search is not available or not asked."""
+    if budget < 1 or importlib.util.find_spec("pymlgo.evaluate.search") is None:
+        return None
+    from pymlgo.evaluate import search as search_mod
+
+    fn = getattr(search_mod, "search", None)
+    if fn is None:
+        return None
+    report = fn(executor, compiler, list(jobs), HeuristicPolicy(), budget=budget, seed=seed,
+                spec=spec)
+    totals = dict(report.totals())
+    totals["budget"] = budget
+    totals["best"] = {m.module: m.best_bytes for m in report.ok_modules}
+    return totals
+
+
+def _share_of_search(report: EvalReport, limit: Mapping[str, Any] | None) -> float | None:
+    """Bytes a policy saves over the bytes search saves, on the modules both measured."""
+    if not limit:
+        return None
+    best: Mapping[str, int | None] = limit["best"]
+    rows = [m for m in report.ok_modules if best.get(m.name) is not None]
+    base = sum(m.baseline_bytes or 0 for m in rows)
+    found = base - sum(best[m.name] or 0 for m in rows)
+    saved = base - sum(m.policy_bytes or 0 for m in rows)
+    return saved / found if found > 0 else None
+
+
+def _packages(report: EvalReport) -> tuple[dict[str, dict[str, Any]], str | None]:
+    packages = by_package(report)
+    worst = max(packages.items(), key=lambda kv: kv[1]["change"])[0] if packages else None
+    return packages, worst
+
+
+def _heldout_entry(report: EvalReport, limit: Mapping[str, Any] | None) -> dict[str, Any]:
+    packages, worst = _packages(report)
+    return {"heldout": summary(report), "heldout_packages": packages,
+            "worst_heldout_package": worst,
+            "worst_heldout_package_change": packages[worst]["change"] if worst else None,
+            "share_of_search_limit": _share_of_search(report, limit)}
+
+
+def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: Corpus,
+          corpora: Sequence[str], skipped: Mapping[str, str],
+          argv: Sequence[str] | None) -> int:
+    """Train and evaluate every algorithm on every fold (module docstring); report."""
+    out: Path = args.output_dir
+    groups = package_folds(corpus, args.folds, args.seed)
+    minutes = (args.run_minutes if args.run_minutes is not None
+               else args.minutes / (args.folds * len(algos)))
+    compiler = find_compiler(None)
+    spec = WorkSpec(clang=None, timeout=600.0)
+    # policy label ("bc", "ppo", "ppo:bytes", each "+log" when evaluated with a log tail)
+    # -> per fold its held-out report
+    reports: dict[str, list[EvalReport]] = {}
+    folds_out: list[dict[str, Any]] = []
+    only = (set(range(args.folds)) if args.only_folds is None
+            else {int(i) for i in args.only_folds.split(",") if i})
+    settings = {"algos": algos, "tails": tails, "search_budget": args.search_budget,
+                "minutes": minutes, "seed": args.seed, "modules": len(corpus)}
+    with make_executor(None, args.workers) as executor:
+        for k, held in enumerate(groups):
+            done = out / f"fold{k}" / "fold.pkl"
+            if done.is_file():  # finished by an earlier run (or another process)
+                with done.open("rb") as f:
+                    saved = pickle.load(f)
+                if saved["settings"] == settings | {"heldout": held}:
+                    folds_out.append(saved["entry"])
+                    for label, rep in saved["reports"].items():
+                        reports.setdefault(label, []).append(rep)
+                    continue
+            if k not in only:
+                continue
+            fold_reports: dict[str, EvalReport] = {}
+            held_set = set(held)
+            train_corpus = replace(corpus, modules=tuple(
+                m for m in corpus.modules if m.package not in held_set))
+            held_names = [m.name for m in corpus.modules if m.package in held_set]
+            held_jobs = corpus_jobs(corpus, held_names)
+            fold_dir = out / f"fold{k}"
+            runs: dict[str, Any] = {}
+            # The setup (split, -Oz sizes, clang's decisions, vocab, bc warm start) runs once
+            # per fold, outside every algorithm's clock: each gets the same training time.
+            first = quality_config(_parse_algo(algos[0])[0], args.seed, minutes, 0.0)
+            setup_dir = fold_dir / "setup"
+            started = time.monotonic()
+            train(replace(first, iterations=0, time_budget_minutes=None), train_corpus,
+                  setup_dir, options=RunOptions(workers=args.workers, progress=False),
+                  executor=executor)
+            setup_minutes = (time.monotonic() - started) / 60
+            for name in algos:
+                algo, weighting = _parse_algo(name)
+                config = quality_config(algo, args.seed, minutes, 0.0, weighting)
+                run_dir = fold_dir / _run_name(name)
+                run_dir.mkdir(parents=True, exist_ok=True)
+                if (config.setup_identity() == first.setup_identity()
+                        and not (run_dir / SETUP_FILE).exists()):
+                    shutil.copyfile(setup_dir / SETUP_FILE, run_dir / SETUP_FILE)
+                started = time.monotonic()
+                runs[name] = train(config, train_corpus, run_dir,
+                                   options=RunOptions(workers=args.workers, progress=False),
+                                   executor=executor)
+                print(f"policy_quality: fold {k} {name} trained in "
+                      f"{(time.monotonic() - started) / 60:.1f} min", file=sys.stderr,
+                      flush=True)
+            policies: dict[str, InliningPolicy] = {}
+            warm = _warm_start(setup_dir)
+            if warm is not None:
+                policies["bc"] = warm
+            for name, res in runs.items():
+                policies[name] = load_policy_dir(res.best_dir)
+            entry: dict[str, Any] = {
+                "fold": k, "heldout_packages": held, "heldout_modules": len(held_names),
+                "train_packages": sorted(train_corpus.packages),
+                "train_modules": len(train_corpus), "setup_minutes": setup_minutes,
+                "policies": {}}
+            limit = search_limit(executor, compiler, held_jobs, args.search_budget,
+                                 args.seed, spec)
+            entry["search_limit"] = (None if limit is None
+                                     else {k2: v for k2, v in limit.items() if k2 != "best"})
+            baselines: dict[str, int] = {}
+            for label, policy in policies.items():
+                for tail in tails:
+                    if tail != policy.vocab.tail and label == "bc" and len(tails) > 1:
+                        continue  # the warm start is the reference; once is enough
+                    shown = label if tail == policy.vocab.tail else f"{label}+{tail}"
+                    pol = (policy if tail == policy.vocab.tail else
+                           replace(policy, vocab=replace(policy.vocab, tail=tail)))
+                    print(f"policy_quality: fold {k} evaluating {shown}", file=sys.stderr,
+                          flush=True)
+                    rep = evaluate(executor, compiler, held_jobs, pol, spec=spec)
+                    baselines = {m.name: m.baseline_bytes for m in rep.ok_modules
+                                 if m.baseline_bytes is not None}
+                    reports.setdefault(shown, []).append(rep)
+                    fold_reports[shown] = rep
+                    e = _heldout_entry(rep, limit)
+                    res = runs.get(label)
+                    if res is not None:
+                        e |= {"training_minutes": res.minutes, "iterations": res.iterations,
+                              "best_iteration": res.best_iteration,
+                              "best_validation_change": res.best_validation_change}
+                    entry["policies"][shown] = e
+            if warm is not None:
+                entry["out_of_range"] = out_of_range(executor, held_jobs, warm.vocab, baselines)
+            folds_out.append(entry)
+            tmp = done.with_suffix(".tmp")
+            with tmp.open("wb") as f:
+                pickle.dump({"settings": settings | {"heldout": held}, "entry": entry,
+                             "reports": fold_reports}, f)
+            os.replace(tmp, done)
+    if not folds_out:
+        raise SystemExit("policy_quality: no fold finished (see --only-folds)")
+    overall: dict[str, Any] = {}
+    for label, reps in reports.items():
+        pooled = EvalReport(reps[0].problem, label, reps[0].compiler,
+                            tuple(m for r in reps for m in r.modules),
+                            size_metric=reps[0].size_metric)
+        changes = [r.change for r in reps]
+        worst_fold = max(range(len(reps)), key=lambda i: changes[i])
+        packages, worst = _packages(pooled)
+        shares = [f["policies"][label]["share_of_search_limit"] for f in folds_out
+                  if label in f["policies"]]
+        overall[label] = {
+            "fold_changes": changes,
+            "mean_fold_change": sum(changes) / len(changes),
+            "worst_fold": worst_fold, "worst_fold_change": changes[worst_fold],
+            "pooled": summary(pooled),  # every module once: its own fold's policy
+            "packages": packages, "worst_package": worst,
+            "worst_package_change": packages[worst]["change"] if worst else None,
+            "mean_share_of_search_limit": (sum(shares) / len(shares)
+                                           if shares and None not in shares else None),
+        }
+    report = {
+        "benchmark": "policy_quality",
+        "mode": "kfold-by-package",
+        "command": " ".join([os.path.basename(sys.argv[0]), *(argv or sys.argv[1:])]),
+        "folds": args.folds, "folds_reported": [f["fold"] for f in folds_out],
+        "seed": args.seed,
+        "minutes_per_algorithm_per_fold": minutes,
+        "algorithms": algos, "tails": tails,
+        "search_budget": args.search_budget,
+        "corpora": list(corpora), "skipped_corpora": dict(skipped),
+        "compiler": compiler.describe(), "modules": len(corpus),
+        "fold_results": folds_out,
+        "overall": overall,
+    }
+    print(markdown(report), file=sys.stderr)
+    _write_report(out, report)
+    return 0
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:+.2f}%"
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    """The k-fold report's figures as markdown tables (per fold, overall, buckets)."""
+    labels = list(report["overall"])
+    lines = ["| policy | " + " | ".join(f"fold {f['fold']}" for f in report["fold_results"])
+             + " | mean | worst fold | pooled | pooled text | guarded | worst package |",
+             "| --- |" + " ---: |" * (len(report["fold_results"]) + 5) + " --- |"]
+    for label in labels:
+        o = report["overall"][label]
+        pooled = o["pooled"]
+        lines.append(
+            f"| {label} | " + " | ".join(_pct(c) for c in o["fold_changes"])
+            + f" | {_pct(o['mean_fold_change'])} | {_pct(o['worst_fold_change'])} | "
+            f"{_pct(pooled['change'])} | {_pct(pooled['by_metric'].get('text'))} | "
+            f"{_pct(pooled['guarded_change'])} | {o['worst_package']} "
+            f"{_pct(o['worst_package_change'])} |")
+    buckets = list(next(iter(report["overall"].values()))["pooled"]["by_bucket"]) if labels \
+        else []
+    lines += ["", "| policy (pooled) | " + " | ".join(buckets) + " |",
+              "| --- |" + " ---: |" * len(buckets)]
+    for label in labels:
+        b = report["overall"][label]["pooled"]["by_bucket"]
+        lines.append(f"| {label} | " + " | ".join(
+            f"{_pct(b[k]['change'])} ({b[k]['modules']})" for k in buckets) + " |")
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -121,3 +121,117 @@ def test_unsorted_boundaries_and_foreign_json_are_rejected(tmp_path):
     (tmp_path / "v.json").write_text('{"features": []}')
     with pytest.raises(ValueError, match="pymlgo-vocab"):
         load_vocab(tmp_path / "v.json")
+
+
+# --- values beyond the last boundary (issue 24) ---------------------------------------------
+
+
+def test_clip_tail_maps_everything_beyond_the_last_boundary_to_one():
+    """What every policy before `tail` saw: a module bigger than any training module
+    (node_count 50,000 against a last quantile of 3,000) looks exactly like the biggest."""
+    vocab = Vocab(("node_count",), (np.array([0.0, 10.0, 100.0, 1000.0, 3000.0]),))
+    assert vocab.tail == "clip"
+    got = vocab.normalize(np.array([[3000], [3001], [50_000], [10**12]]))[:, 0]
+    assert got.tolist() == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_log_tail_extrapolates_by_the_top_deciles_log_slope():
+    import math
+
+    from pymlgo.policy.vocab import TAIL_CAP, tail_params, tail_value
+
+    b = np.array([0.0, 10.0, 100.0, 1000.0, 3000.0])
+    clip = Vocab(("node_count",), (b,))
+    log = Vocab(("node_count",), (b,), tail="log")
+    inside = np.array([[-5], [0], [7], [10], [999], [3000]])
+    # everything the vocab has seen maps as before
+    assert np.array_equal(log.normalize(inside), clip.normalize(inside))
+    # k = 5 boundaries, m = max(1, round(0.5)) = 1: slope = (1/5) / (g(3000) - g(1000))
+    slope = 0.2 / (math.log1p(3000) - math.log1p(1000))
+    assert tail_params(b) == (3000.0, math.log1p(3000), slope)
+    want = 1.0 + slope * (math.log1p(50_000) - math.log1p(3000))
+    got = log.normalize(np.array([[50_000]]))
+    assert got[0, 0] == np.float32(want) and 1.0 < got[0, 0] < 1.6
+    assert got[0, 1] == np.float32(want) * np.float32(want)  # the square follows
+    assert tail_value(50_000.0, tail_params(b)) == want
+    # monotone past the boundary, capped far out
+    far = log.normalize(np.array([[3001], [6000], [10**6], [10**300]]))[:, 0]
+    assert (np.diff(far) > 0).all() and far[-1] == TAIL_CAP
+
+
+def test_log_tail_leaves_features_without_spread_clipped():
+    vocab = Vocab(("a", "b"), (np.array([0.0]), np.zeros(0)), tail="log")
+    assert vocab.normalize(np.array([[5, 5]]))[0, :2].tolist() == [1.0, 0.0]
+
+
+def test_log_tail_is_written_as_version_2_and_clip_keeps_version_1_bytes(tmp_path):
+    cols = skewed_columns()
+    clip = build_vocab(cols)
+    log = build_vocab(cols, tail="log")
+    assert clip.to_json()["version"] == 1 and "tail" not in clip.to_json()
+    assert log.to_json()["version"] == 2 and log.to_json()["tail"] == "log"
+    save_vocab(log, tmp_path / "v.json")
+    back = load_vocab(tmp_path / "v.json")
+    assert back.tail == "log"
+    x = np.array([[10**6, 10**6, 1, 0]])
+    assert np.array_equal(back.normalize(x), log.normalize(x))
+    d = log.to_json() | {"version": 1}  # a log tail must not pass for an old vocab
+    with pytest.raises(ValueError, match="tail"):
+        Vocab.from_json(d)
+
+
+def test_log_tail_decides_alike_per_decision_and_in_batch():
+    from pymlgo.policy.inlining import InliningPolicy
+    from pymlgo.policy.mlp import init_mlp
+
+    cols = skewed_columns()
+    vocab = build_vocab(cols, tail="log")
+    params = init_mlp(vocab.input_dim, (8,), np.random.default_rng(1))
+    policy = InliningPolicy(vocab=vocab, params=params, hidden=(8,))
+    rng = np.random.default_rng(2)
+    x = np.stack([rng.integers(0, 10**5, 200) for _ in vocab.features], axis=1)
+    beyond = x > np.array([b[-1] for b in vocab.boundaries])
+    assert beyond.any(axis=0)[:2].all()  # the test does reach the tail
+    logits = policy.logits(x)
+    decide = policy.for_module("m")
+    from pymlgo.policy.inlining import _row_logit_fn
+
+    row = _row_logit_fn(vocab, params)
+    for i in range(len(x)):
+        feats = {f: np.array([x[i, j]]) for j, f in enumerate(vocab.features)}
+        assert row(feats) == float(logits[i])
+        assert decide(feats) == int(logits[i] >= 0)
+
+
+def test_log_tail_policy_saves_its_normalization_kind_and_export_refuses_it(tmp_path):
+    import json
+
+    from pymlgo.policy.export import ExportError, export_policy
+    from pymlgo.policy.inlining import InliningPolicy
+    from pymlgo.policy.mlp import init_mlp
+    from pymlgo.policy.store import PolicyLoadError, load_policy_dir, save_policy
+
+    vocab = build_vocab(skewed_columns(), tail="log")
+    params = init_mlp(vocab.input_dim, (8,), np.random.default_rng(1))
+    policy = InliningPolicy(vocab=vocab, params=params, hidden=(8,))
+    save_policy(policy, tmp_path / "p")
+    doc = json.loads((tmp_path / "p" / "policy.json").read_text())
+    assert doc["normalization"]["kind"] == "quantile-log-tail"
+    back = load_policy_dir(tmp_path / "p")
+    assert back.vocab.tail == "log"
+    x = np.array([[10**7, 10**7, 1, 0]])
+    assert np.array_equal(back.logits(x), policy.logits(x))
+    with pytest.raises(ExportError, match="log"):
+        export_policy(back, "tflite", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    doc["normalization"]["kind"] = "quantile-magic"
+    (tmp_path / "p" / "policy.json").write_text(json.dumps(doc))
+    with pytest.raises(PolicyLoadError, match="quantile-magic"):
+        load_policy_dir(tmp_path / "p")
+
+
+def test_pretrained_policy_keeps_the_clip_tail():
+    from pymlgo.policy.store import load_policy_dir, pretrained_root
+
+    policy = load_policy_dir(pretrained_root() / "inlining-oz")
+    assert policy.vocab.tail == "clip"

@@ -177,6 +177,11 @@ def export_policy(
         raise ExportError(f"unknown export format {fmt!r} (known: {', '.join(FORMATS)})")
     mlp = _require_mlp(policy)
     check_finite(mlp)
+    if mlp.vocab.tail != "clip":
+        # the graph only counts boundaries; a log tail would need ops it does not build
+        raise ExportError(f"policies with a {mlp.vocab.tail!r} feature tail (normalization "
+                          f"'quantile-log-tail') cannot be exported yet; train with "
+                          f"out_of_range = 'clip' to export")
     output_dir = Path(output_dir)
     if output_dir.exists() and not overwrite:
         raise ExportError(f"{output_dir} exists (pass --overwrite to replace it)")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pymlgo.policy.mlp import MLPParams, affine
-from pymlgo.policy.vocab import Vocab
+from pymlgo.policy.vocab import Vocab, tail_value
 from pymlgo.problems.inlining.policies import module_seed
 
 PROBLEM = "inlining"
@@ -123,8 +123,11 @@ def _row_logit_fn(vocab: Vocab, params: MLPParams) -> Callable[[Mapping[str, np.
     by one).
     """
     table = [
-        (name, b.tolist(), b.size) for name, b in zip(vocab.features, vocab.boundaries, strict=True)
+        (name, b.tolist(), b.size)
+        for name, b in zip(vocab.features, vocab.boundaries, strict=True)
     ]
+    # features with a log tail (vocab.tail == "log"): position -> its parameters
+    tails = {j: t for j, t in enumerate(vocab.tails) if t is not None}
     nf = len(table)
     buf = np.zeros(vocab.input_dim, dtype=np.float32)
     values, squares = buf[:nf], buf[nf:]
@@ -135,9 +138,14 @@ def _row_logit_fn(vocab: Vocab, params: MLPParams) -> Callable[[Mapping[str, np.
 
     def logit(features: Mapping[str, np.ndarray]) -> float:
         # float(): bisecting a float list with a float is ~1.5x faster than with an int.
-        values[:] = [
-            bisect_right(b, float(features[name].item())) / k if k else 0.0 for name, b, k in table
-        ]
+        if tails:
+            values[:] = [_value(b, float(features[name].item()), k, tails.get(j))
+                         for j, (name, b, k) in enumerate(table)]
+        else:  # the common case, kept free of the tail's branch
+            values[:] = [
+                bisect_right(b, float(features[name].item())) / k if k else 0.0
+                for name, b, k in table
+            ]
         if with_square:
             np.multiply(values, values, out=squares)
         h = buf
@@ -147,3 +155,10 @@ def _row_logit_fn(vocab: Vocab, params: MLPParams) -> Callable[[Mapping[str, np.
         return float(affine(h, w_out, b_out)[0])
 
     return logit
+
+
+def _value(b: list[float], x: float, k: int, tail: tuple[float, float, float] | None) -> float:
+    """One feature's normalized value, as `Vocab.normalize` computes it."""
+    if tail is not None and x > tail[0]:
+        return tail_value(x, tail)
+    return bisect_right(b, x) / k if k else 0.0

@@ -38,6 +38,9 @@ from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.protocol.tensor_spec import TensorSpec
 
 POLICY_FILE, WEIGHTS_FILE, VOCAB_FILE = "policy.json", "weights.npz", "vocab.json"
+# policy.json's normalization kind per vocab tail: "quantile" (values clipped at the last
+# boundary, every policy saved before tails existed) or "quantile-log-tail"
+NORMALIZATION_KINDS = {"clip": "quantile", "log": "quantile-log-tail"}
 POLICY_FORMAT = "pymlgo-policy"
 # Every inliner feature (and the decision) is an int64 tensor of shape [1] (LLVM >= 17).
 FEATURE_TYPE, FEATURE_SHAPE = "int64_t", (1,)
@@ -106,7 +109,8 @@ def policy_document(policy: InliningPolicy, weights_sha: str, vocab_sha: str) ->
             "hidden": list(policy.hidden),
             "output": "logit of P(inline)",
         },
-        "normalization": {"kind": "quantile", "with_square": policy.vocab.with_square},
+        "normalization": {"kind": NORMALIZATION_KINDS[policy.vocab.tail],
+                          "with_square": policy.vocab.with_square},
         "features": [
             TensorSpec(name, FEATURE_TYPE, FEATURE_SHAPE).to_json()
             for name in policy.vocab.features
@@ -192,6 +196,13 @@ def load_policy_dir(directory: Path) -> InliningPolicy:
         norm = doc.get("normalization")
         if not isinstance(norm, dict) or norm.get("with_square") != vocab.with_square:
             raise ValueError("policy.json normalization does not match vocab.json")
+        kind = norm.get("kind", "quantile")
+        if kind not in NORMALIZATION_KINDS.values():
+            raise ValueError(f"normalization kind {kind!r} is not supported by this pymlgo "
+                             f"(it reads {', '.join(NORMALIZATION_KINDS.values())})")
+        if kind != NORMALIZATION_KINDS[vocab.tail]:
+            raise ValueError(f"policy.json normalization {kind!r} does not match vocab.json "
+                             f"(tail {vocab.tail!r})")
         if not isinstance(network, dict) or not isinstance(network.get("hidden"), list):
             raise ValueError("policy.json lacks network.hidden")
         return InliningPolicy(

@@ -8,6 +8,7 @@ scalar fields of `TrainConfig` at top level, one table per nested config:
     seed = 3
     size_metric = "allocated"     # or "text", "llvm-size" (pymlgo.toolchain.size)
     vocab = "runs/vocab"          # from `mlgo vocab`
+    reward_weighting = "bytes"    # each module's reward by its -Oz bytes (default: per algo)
     [split]
     by = "package"
     [compile]
@@ -45,6 +46,8 @@ ALGORITHMS = ("bc", "ppo", "es", "dqn")
 DEFAULT_ITERATIONS = 20
 Algo = Literal["bc", "ppo", "es", "dqn"]
 PartialRewards = Literal["none", "ir2native"]
+RewardWeighting = Literal["default", "module", "bytes"]
+OutOfRange = Literal["clip", "log"]
 
 DEFAULT_HIDDEN = (40, 40, 20)
 DEFAULT_QUANTILES = 1000
@@ -207,6 +210,15 @@ class TrainConfig:
     partial_rewards: PartialRewards = "none"
     # the IR2Native model (`mlgo ir2native train`); "": fit one on the training split
     ir2native_model: str = ""
+    # how modules of different sizes count in the objective (pymlgo.train.env.objective):
+    # "module": every module equally (mean of 1 - size/-Oz); "bytes": each by its -Oz bytes,
+    # as users count (ppo/dqn: a module's reward times its -Oz bytes over the training
+    # modules' mean); "default": what each algorithm always did (ppo, dqn: "module"; es:
+    # "bytes", its fitness being the batch's total size)
+    reward_weighting: RewardWeighting = "default"
+    # a new vocab's values beyond its last quantile (pymlgo.policy.vocab): "clip" to 1.0,
+    # or "log": extrapolated in log space. A saved-policy warm start brings its own
+    out_of_range: OutOfRange = "clip"
     split: SplitConfig = field(default_factory=SplitConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
@@ -238,6 +250,18 @@ class TrainConfig:
                                   "per-module moving average has no per-decision meaning)")
         elif self.ir2native_model:
             raise ConfigError("ir2native_model is only used with partial_rewards = 'ir2native'")
+        if self.reward_weighting not in ("default", "module", "bytes"):
+            raise ConfigError(f"reward_weighting must be 'default', 'module' or 'bytes', not "
+                              f"{self.reward_weighting!r}")
+        if self.out_of_range not in ("clip", "log"):
+            raise ConfigError(f"out_of_range must be 'clip' or 'log', not "
+                              f"{self.out_of_range!r}")
+        if self.reward_weighting != "default" and self.algo == "bc":
+            raise ConfigError("reward_weighting does not apply to algo = 'bc' (it learns "
+                              "from clang's decisions, not from sizes)")
+        if self.out_of_range != "clip" and self.warmstart not in ("", "bc"):
+            raise ConfigError("out_of_range does not apply with a saved-policy warm start "
+                              "(it brings its own normalization); leave it out")
         if not 0 <= self.split.validation < 1 or not 0 <= self.split.heldout < 1:
             raise ConfigError("split fractions must be in [0, 1)")
         if self.vocab and self.policy.quantiles is not None:
@@ -289,7 +313,7 @@ class TrainConfig:
         """The fields the one-time setup (split, vocab, warm start) depends on."""
         d = self.provenance()
         keep = ("seed", "size_metric", "warmstart", "split", "policy", "bc", "vocab", "traces",
-                "compile")
+                "compile", "out_of_range")
         return {k: d[k] for k in keep if k in d} | {
             "bc_warmstart": self.warmstart == "bc" and self.algo != "bc"}
 
@@ -322,7 +346,8 @@ def _omitted_at_default() -> dict[str, Any]:
     """Fields added after policies were published: at their default they are left out of
     `to_dict`, so a run that does not use them keeps the provenance (and bytes) it had."""
     return {"partial_rewards": "none", "ir2native_model": "", "vocab": "", "traces": "",
-            "compile": to_dict(CompileConfig())}
+            "compile": to_dict(CompileConfig()), "reward_weighting": "default",
+            "out_of_range": "clip"}
 
 
 def _check_value(where: str, value: Any, hint: Any) -> Any:

@@ -11,6 +11,8 @@ Each iteration:
 2. return G = (r - b_module) * reward_scale, r = 1 - size / size(-Oz), b_module an
    exponential moving average of the module's past rewards starting at 0 (= the -Oz size);
    push (state, action, G) for every decision into the ring buffer;
+   With `reward_weighting = "bytes"`, G is multiplied by the module's -Oz bytes over the
+   training modules' mean (`env.byte_weights`), so Q counts bytes rather than modules;
 3. `updates_per_iteration` minibatch Adam steps on the MSE between Q(s, a) and G.
 
 The learned policy inlines iff Q(s, inline) >= Q(s, no): exported as an InliningPolicy whose
@@ -33,8 +35,10 @@ from pymlgo.train.policies import EpsilonGreedy
 
 
 class DQN:
-    def __init__(self, cfg: DQNConfig, policy: InliningPolicy, seed: int) -> None:
+    def __init__(self, cfg: DQNConfig, policy: InliningPolicy, seed: int,
+                 weighting: str = "default") -> None:
         self.cfg = cfg
+        self.by_bytes = weighting == "bytes"
         self.template = policy.greedy()
         self.q = q_from_logit_params(policy.params)  # keeps the warm start's decisions
         self.opt = torch.optim.Adam(self.q.parameters(), lr=cfg.learning_rate)
@@ -62,10 +66,11 @@ class DQN:
         explorer = EpsilonGreedy(self.policy(), eps, seed=int(self.rng.integers(0, 2**62)))
         episodes = env.run([explorer], modules, record=True)
         ok = [e for e in episodes if e.ok]
+        weights = env.byte_weights() if self.by_bytes else {}
         for e in ok:
             assert e.actions is not None
             base = self.moving.get(e.module, 0.0) if cfg.per_module_baseline else 0.0
-            g = (e.reward - base) * cfg.reward_scale
+            g = (e.reward - base) * cfg.reward_scale * weights.get(e.module, 1.0)
             vocab = self.template.vocab
             self._push(vocab.normalize(inputs(vocab.features, e)),
                        e.actions, g)

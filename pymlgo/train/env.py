@@ -66,6 +66,38 @@ def size_change(episodes: Sequence[Episode]) -> float:
     return sum(e.size or 0 for e in ok) / base - 1.0 if base else 0.0
 
 
+def byte_weights(baselines: Mapping[str, int], modules: Sequence[str]) -> dict[str, float]:
+    """Module -> its -Oz bytes over the mean -Oz bytes of `modules` (mean weight 1).
+
+    With modules drawn uniformly, the mean of `weight * reward` over a batch estimates the
+    relative bytes saved on all of `modules` together: sum(b - s) / sum(b). A fixed
+    denominator (not the batch's) keeps the scale of rewards the same in every batch.
+    """
+    sizes = [baselines[m] for m in modules if baselines.get(m, 0) > 0]
+    mean = sum(sizes) / len(sizes) if sizes else 1.0
+    return {m: baselines[m] / mean for m in modules if baselines.get(m, 0) > 0}
+
+
+def objective(episodes: Sequence[Episode], weighting: str,
+              weights: Mapping[str, float] | None = None) -> float:
+    """What training maximizes on a batch of episodes (failed ones left out).
+
+    "module": mean of 1 - size/-Oz (every module counts the same, whatever its bytes);
+    "bytes": mean of weight * (1 - size/-Oz) with `weights` from `byte_weights` (default:
+    the batch's own, so the result is then the batch's total relative saving).
+    """
+    ok = [e for e in episodes if e.ok]
+    if not ok:
+        return 0.0
+    if weighting == "module":
+        return float(np.mean([e.reward for e in ok]))
+    if weighting != "bytes":
+        raise ValueError(f"unknown weighting {weighting!r}")
+    if weights is None:
+        weights = byte_weights({e.module: e.baseline for e in ok}, [e.module for e in ok])
+    return float(np.mean([weights[e.module] * e.reward for e in ok]))
+
+
 @dataclass(frozen=True, eq=False)
 class Demonstrations:
     """Decisions of clang's own heuristic: raw features and the decision it took."""
@@ -108,6 +140,10 @@ class TrainEnv:
     baselines: Mapping[str, int]  # -Oz bytes per module (modules without one are skipped)
     stats: RunStats = field(default_factory=RunStats)
     sample_by: str = "module"  # "package": batches spread evenly over packages
+
+    def byte_weights(self) -> dict[str, float]:
+        """Module -> -Oz bytes over the mean of the training modules' (`byte_weights`)."""
+        return byte_weights(self.baselines, self.names)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -5,7 +5,9 @@ Each iteration:
 2. compile every module with the greedy policy at theta + sigma*eps_i and theta - sigma*eps_i
    (antithetic pairs cancel the fitness' common part), plus theta itself for the scalars;
 3. fitness of a member = -(total size / total -Oz size - 1) over the modules every member
-   compiled (so members are compared on the same bytes);
+   compiled (so members are compared on the same bytes): ES counts bytes by default
+   (`reward_weighting` "default" or "bytes"); with "module" it is the mean over those
+   modules of 1 - size / -Oz size instead, every module counting the same;
 4. gradient estimate g = sum_i (F(+eps_i) - F(-eps_i)) eps_i / (2 * population * sigma),
    with F the centered ranks of the fitnesses (default; robust to outliers) or raw fitness;
 5. one Adam ascent step on theta.
@@ -27,8 +29,10 @@ _ADAM_EPS = 1e-8
 
 
 class EvolutionStrategies:
-    def __init__(self, cfg: ESConfig, policy: InliningPolicy, seed: int) -> None:
+    def __init__(self, cfg: ESConfig, policy: InliningPolicy, seed: int,
+                 weighting: str = "default") -> None:
         self.cfg = cfg
+        self.per_module = weighting == "module"
         self.template = policy.greedy()
         # float64 master copy: Adam's small steps must not vanish in float32 rounding
         self.theta = policy.params.flat().astype(np.float64)
@@ -60,7 +64,11 @@ class EvolutionStrategies:
         base = sum(env.baselines[m] for m in common)
         sizes = np.array([sum(by_module[m][k] or 0 for m in common) for k in range(len(members))],
                          dtype=np.float64)
-        fitness = -(sizes / base - 1.0)
+        if self.per_module:
+            fitness = np.array([np.mean([1.0 - (by_module[m][k] or 0) / env.baselines[m]
+                                         for m in common]) for k in range(len(members))])
+        else:
+            fitness = -(sizes / base - 1.0)
         center, plus, minus = fitness[0], fitness[1::2], fitness[2::2]
 
         shaped = _centered_ranks(fitness[1:]) if cfg.rank_fitness else fitness[1:]
@@ -69,7 +77,7 @@ class EvolutionStrategies:
         self._adam_ascent(grad)
         return {
             "reward/train": float(center),
-            "size_change/train": float(-center),
+            "size_change/train": float(sizes[0] / base - 1.0),
             "es/fitness_mean": float(fitness[1:].mean()),
             "es/fitness_best": float(fitness[1:].max()),
             "es/antithetic_spread": float(np.abs(plus - minus).mean()),

@@ -334,7 +334,10 @@ def prepare(
                 columns = {name: np.concatenate(
                     [np.asarray(e.features[name]).reshape(-1) for e in train_eps
                      if e.ok and e.features]) for name in features}
-                vocab = build_vocab(columns, quantiles=config.quantiles, features=features)
+                vocab = build_vocab(columns, quantiles=config.quantiles, features=features,
+                                    tail=config.out_of_range)
+            elif config.out_of_range == "log":  # `mlgo vocab` writes "clip" vocabs
+                vocab = replace(vocab, tail=config.out_of_range)
             check_features(sources, config, compiler_features, vocab)
             features = vocab.features
             rng = np.random.default_rng([config.seed, _STREAM_INIT])
@@ -382,14 +385,16 @@ def make_algorithm(config: TrainConfig, setup: Setup,
     if config.algo == "ppo":
         from pymlgo.train.ppo import PPO
 
-        return PPO(config.ppo, setup.initial, seed, shaper=shaper)
+        return PPO(config.ppo, setup.initial, seed, shaper=shaper,
+                   weighting=config.reward_weighting)
     if config.algo == "es":
         from pymlgo.train.es import EvolutionStrategies
 
-        return EvolutionStrategies(config.es, setup.initial, seed)
+        return EvolutionStrategies(config.es, setup.initial, seed,
+                                   weighting=config.reward_weighting)
     from pymlgo.train.dqn import DQN
 
-    return DQN(config.dqn, setup.initial, seed)
+    return DQN(config.dqn, setup.initial, seed, weighting=config.reward_weighting)
 
 
 def make_envs(setup: Setup, corpus: Corpus, executor: Executor, spec: WorkSpec,
