@@ -326,9 +326,10 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
     Recipe("libidn2", "c", (
         *autotools("--disable-doc", "--disable-nls", "--disable-valgrind-tests",
                    "--with-included-libunistring", make=("-C", "unistring")),
-        ("make", "-j{jobs}", "-C", "lib")),
-        # The bundled libunistring parts are libunistring's code: not libidn2's modules.
-        exclude=r"/unistring/",
+        ("make", "-j{jobs}", "-C", "gl"), ("make", "-j{jobs}", "-C", "lib")),
+        # The bundled libunistring parts and gnulib are other projects' code, copied into
+        # many packages: not libidn2's modules.
+        exclude=r"/(unistring|gl)/",
         note="libidn2, with its bundled copy of libunistring's parts (not in its modules)"),
 
     # ---- C++: libraries, tools, tests -----------------------------------------------------
