@@ -25,7 +25,7 @@ from pymlgo.problems.regalloc.policies import builtin_policy
 from pymlgo.problems.regalloc.remarks import read_remarks
 from pymlgo.problems.regalloc.reward import function_rewards, split_by_function
 from pymlgo.toolchain import run
-from pymlgo.toolchain.elf import text_size
+from pymlgo.toolchain.size import object_size
 
 ECHO = FlagEdits(add=("-mllvm", "-interactive-model-runner-echo-reply"))
 SMALL = ("lz4/lz4libs/lz4frame", "zstd/lib/compress/hist", "brotli/c/enc/histogram")
@@ -121,7 +121,8 @@ def test_remarks_do_not_change_the_code_and_match_the_result(compiler, demo_jobs
         opt_level="-O2")], cwd=tmp_path)
     assert plain.returncode == 0, plain.stderr
     res = compile_baseline(compiler, job, keep_object=tmp_path / "remarked.o")
-    assert res.ok and res.size == text_size(tmp_path / "plain.o")
+    assert res.ok and res.sizes == object_size(tmp_path / "plain.o")
+    assert res.size == object_size(tmp_path / "plain.o").allocated  # the default metric
     assert (tmp_path / "plain.o").read_bytes() == (tmp_path / "remarked.o").read_bytes()
     # the per-function costs add up to the module's cost
     assert sum(function_costs(res).values()) == pytest.approx(res.extra[COST_KEY])

@@ -42,9 +42,9 @@ from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, SizeMetric
 # executable sections only.
 LEGACY_SIZE_METRIC = "text"
 
-ALGORITHMS = ("bc", "ppo", "es", "dqn")
+ALGORITHMS = ("bc", "ppo", "es", "dqn", "il")
 DEFAULT_ITERATIONS = 20
-Algo = Literal["bc", "ppo", "es", "dqn"]
+Algo = Literal["bc", "ppo", "es", "dqn", "il"]
 PartialRewards = Literal["none", "ir2native"]
 RewardWeighting = Literal["default", "module", "bytes"]
 OutOfRange = Literal["clip", "log"]
@@ -162,6 +162,27 @@ class ESConfig:
 
 
 @dataclass(frozen=True)
+class ILConfig:
+    """Imitation learning from search (`train/il.py`): search from the policy, clone the
+    best decisions found, repeat."""
+
+    budget: int = 16  # compiles per searched module per iteration (`mlgo search --budget`)
+    modules_per_iteration: int = 0  # training modules searched per iteration; 0: all
+    search_batch: int = 8  # flips per module compiled together in one search round
+    epochs_per_iteration: int = 4  # passes over the whole dataset after each search
+    batch_size: int = 256
+    learning_rate: float = 3e-3
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.budget < 1 or self.search_batch < 1 or self.epochs_per_iteration < 0:
+            raise ConfigError("il.budget and il.search_batch must be >= 1, "
+                              "il.epochs_per_iteration >= 0")
+        if self.modules_per_iteration < 0:
+            raise ConfigError("il.modules_per_iteration must be >= 0 (0: every module)")
+
+
+@dataclass(frozen=True)
 class DQNConfig:
     """Q-values for (don't inline, inline) regressed on the episode's return."""
 
@@ -226,6 +247,7 @@ class TrainConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     es: ESConfig = field(default_factory=ESConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
+    il: ILConfig = field(default_factory=ILConfig)
 
     def __post_init__(self) -> None:
         if self.algo not in ALGORITHMS:
@@ -346,7 +368,8 @@ def _omitted_at_default() -> dict[str, Any]:
     """Fields added after policies were published: at their default they are left out of
     `to_dict`, so a run that does not use them keeps the provenance (and bytes) it had."""
     return {"partial_rewards": "none", "ir2native_model": "", "vocab": "", "traces": "",
-            "compile": to_dict(CompileConfig()), "reward_weighting": "default",
+            "compile": to_dict(CompileConfig()), "il": to_dict(ILConfig()),
+            "reward_weighting": "default",
             "out_of_range": "clip"}
 
 

@@ -392,6 +392,10 @@ def make_algorithm(config: TrainConfig, setup: Setup,
 
         return EvolutionStrategies(config.es, setup.initial, seed,
                                    weighting=config.reward_weighting)
+    if config.algo == "il":
+        from pymlgo.train.il import ImitationLearning
+
+        return ImitationLearning(config.il, setup.initial, seed)
     from pymlgo.train.dqn import DQN
 
     return DQN(config.dqn, setup.initial, seed, weighting=config.reward_weighting)
