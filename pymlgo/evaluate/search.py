@@ -56,9 +56,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +75,7 @@ from pymlgo.evaluate.trace import (
 from pymlgo.problems.base import CompileJob, Decide, ModuleResult, Policy, Trajectory
 from pymlgo.problems.inlining.policies import module_seed
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.files import write_atomic
 from pymlgo.toolchain.size import check_metric
 from pymlgo.workers.protocol import Executor, WorkSpec
 
@@ -552,7 +551,7 @@ class _Store:
                 error = (f"-Oz has no bytes but the best has {outcome.best_bytes}: "
                          "no relative reward")
             else:
-                _write_atomic(log, trajectory_log_bytes(outcome.trajectory, reward))
+                write_atomic(log, trajectory_log_bytes(outcome.trajectory, reward))
         if error is not None:
             log.unlink(missing_ok=True)
         self.records[outcome.module] = {**outcome.to_json(), "error": error,
@@ -571,17 +570,5 @@ class _Store:
             r["input_sha256"] = self.records[m]["input_sha256"]
         doc["complete"] = complete
         text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
-        _write_atomic(self.root / SUMMARY_FILE, text.encode())
+        write_atomic(self.root / SUMMARY_FILE, text.encode())
 
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

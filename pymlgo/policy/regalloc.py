@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from pymlgo.policy.mlp import MLPParams, affine, init_mlp
-from pymlgo.policy.vocab import write_atomic
 from pymlgo.problems.base import Policy
 from pymlgo.problems.inlining.policies import module_seed
 from pymlgo.problems.regalloc.advice import MASK_FEATURE, Advisor
@@ -40,6 +39,7 @@ from pymlgo.problems.regalloc.policies import (
     heuristic_weights,
     lightest_choice,
 )
+from pymlgo.toolchain.files import write_atomic
 
 PROBLEM = "regalloc"
 VERSION_MAJOR, VERSION_MINOR = 1, 0

@@ -32,10 +32,11 @@ from pymlgo.policy.inlining import (
     parse_version,
 )
 from pymlgo.policy.mlp import MLPParams
-from pymlgo.policy.vocab import Vocab, dumps_vocab, write_atomic
+from pymlgo.policy.vocab import Vocab, dumps_vocab
 from pymlgo.problems.base import Policy
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.protocol.tensor_spec import TensorSpec
+from pymlgo.toolchain.files import write_atomic
 
 POLICY_FILE, WEIGHTS_FILE, VOCAB_FILE = "policy.json", "weights.npz", "vocab.json"
 # policy.json's normalization kind per vocab tail: "quantile" (values clipped at the last

@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from pymlgo.toolchain.files import write_atomic
 
 VOCAB_FORMAT = "pymlgo-vocab"
 VOCAB_VERSION = 1  # "clip" tail (the only kind before `tail`)
@@ -254,16 +254,3 @@ def load_vocab(path: Path) -> Vocab:
         return Vocab.from_json(d)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from exc
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; saved artifacts are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -27,11 +27,11 @@ from pymlgo.policy.regalloc import (
     load_eviction_policy,
     save_eviction_policy,
 )
-from pymlgo.policy.vocab import write_atomic
 from pymlgo.problems.base import CompileJob
 from pymlgo.problems.regalloc.evaluate import PROBLEM, baseline_results
 from pymlgo.problems.regalloc.reward import module_cost
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.files import write_atomic
 from pymlgo.train.regalloc_env import RegallocEnv
 from pymlgo.train.regalloc_es import RegallocES, RegallocESConfig
 from pymlgo.workers.protocol import Executor, WorkSpec
