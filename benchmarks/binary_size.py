@@ -43,7 +43,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -57,6 +56,7 @@ from typing import Any
 from pymlgo.corpus.capture import DEFAULT_CPU, DEFAULT_TARGET
 from pymlgo.corpus.debian import fetch_source, source_version
 from pymlgo.corpus.demo import SDISTS, cache_root, download_sdists, prepare_sources
+from pymlgo.deploy.cc_server import stop_servers
 from pymlgo.toolchain.compiler import bundled_zig, find_compiler
 from pymlgo.toolchain.size import ObjectSize, object_size, total
 
@@ -449,21 +449,6 @@ class Toolchain:
             flags = common
         return {"CC": shlex.join(cc), "CXX": shlex.join(cxx),
                 "CFLAGS": shlex.join(flags), "CXXFLAGS": shlex.join(flags)}
-
-
-def stop_servers(runtime: Path) -> None:
-    """Kill the policy servers this build started: each was given `runtime` (a directory
-    made for this build alone) and names it on its command line."""
-    needle = os.fsencode(str(runtime))
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                if needle in f.read():
-                    os.kill(int(entry.name), signal.SIGKILL)
-        except OSError:
-            pass
 
 
 def warm_runtime_caches(tools: Toolchain, scratch: Path) -> None:

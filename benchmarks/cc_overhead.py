@@ -11,8 +11,9 @@ round:
 Every build gets a fresh `-DPYMLGO_BENCH_RUN=<token>` so zig's object cache never answers
 (it would for the plain build only: mlgo's channel path differs every time). The order
 rotates between rounds. Each binary must compress and decompress a file back to the same
-bytes. Prints JSON: wall times, their ratios (RFC target <= 1.05), `.text` bytes of the
-binaries and of the objects (what the inliner changed), decisions served.
+bytes. Prints JSON: wall times, their ratios (RFC target <= 1.05), the bytes (every size
+metric: allocated, text, llvm-size) of the binaries and of the objects (what the inliner
+changed), decisions served.
 
     python benchmarks/cc_overhead.py [--rounds 3] [--jobs 2] [--policy P]
 """
@@ -23,7 +24,6 @@ import argparse
 import json
 import os
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,8 +33,9 @@ import time
 from pathlib import Path
 
 from pymlgo.corpus.demo import cache_root, download_sdists
+from pymlgo.deploy.cc_server import stop_servers
 from pymlgo.toolchain.compiler import bundled_zig, find_compiler
-from pymlgo.toolchain.elf import text_size
+from pymlgo.toolchain.size import object_size, total
 
 MAKEFILE = """\
 SRCS := $(sort $(wildcard c/common/*.c c/dec/*.c c/enc/*.c c/tools/*.c))
@@ -80,19 +81,6 @@ def build(src: Path, cc: str, cflags: str, jobs: int, log: Path | None,
     return time.perf_counter() - t0
 
 
-def stop_servers(runtime: Path) -> None:
-    """Kill the policy servers a build started (their command lines name `runtime`)."""
-    needle = os.fsencode(str(runtime))
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                    if needle in f.read():
-                        os.kill(int(entry.name), signal.SIGKILL)
-            except OSError:
-                pass
-
-
 def round_trip_ok(binary: Path, sample: Path, tmp: Path) -> bool:
     packed, unpacked = tmp / "s.br", tmp / "s.out"
     subprocess.run([str(binary), "-q", "9", "-f", "-o", str(packed), str(sample)], check=True)
@@ -101,8 +89,9 @@ def round_trip_ok(binary: Path, sample: Path, tmp: Path) -> bool:
         sample.stat().st_size)
 
 
-def objects_text(src: Path) -> int:
-    return sum(text_size(o) for o in sorted(src.rglob("*.o")))
+def objects_bytes(src: Path) -> dict[str, int]:
+    """Every size metric of all the build's objects together (`toolchain.size`)."""
+    return total(object_size(o) for o in sorted(src.rglob("*.o"))).metrics()
 
 
 def main() -> int:
@@ -117,7 +106,7 @@ def main() -> int:
     plain_cc = shlex.join([str(bundled_zig()), "cc"])
     modes = ["mlgo_cc", "plain_clang_oz", "mlgo_cc_without_server"]
     times: dict[str, list[float]] = {m: [] for m in modes}
-    sizes: dict[str, dict[str, int]] = {}
+    sizes: dict[str, dict[str, dict[str, int]]] = {}
     decisions = served = 0
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="pymlgo-cc-bench-") as tmp_s:
@@ -147,8 +136,8 @@ def main() -> int:
                 times[which].append(round(secs, 3))
                 if not round_trip_ok(src / "brotli", sample, tmp):
                     raise SystemExit(f"{which}: brotli round trip failed")
-                sizes[which] = {"binary": text_size(src / "brotli"),
-                                "objects": objects_text(src)}
+                sizes[which] = {"binary": object_size(src / "brotli").metrics(),
+                                "objects": objects_bytes(src)}
                 if log is not None:
                     recs = [json.loads(x) for x in log.read_text().splitlines()]
                     decisions = sum(x["decisions"] or 0 for x in recs)
@@ -170,11 +159,10 @@ def main() -> int:
         "without_server_ratio_of_medians": round(statistics.median(alone)
                                                  / statistics.median(pl), 3),
         "target_ratio": 1.05,
-        "text_bytes": sizes,
-        "text_change_binary": round(sizes["mlgo_cc"]["binary"]
-                                    / sizes["plain_clang_oz"]["binary"] - 1, 5),
-        "text_change_objects": round(sizes["mlgo_cc"]["objects"]
-                                     / sizes["plain_clang_oz"]["objects"] - 1, 5),
+        "bytes": sizes,  # by size metric: allocated (what ships), text, llvm-size
+        **{f"{metric}_change_{what}": round(sizes["mlgo_cc"][what][metric]
+                                            / sizes["plain_clang_oz"][what][metric] - 1, 5)
+           for metric in ("allocated", "text") for what in ("binary", "objects")},
         "compiles_served": served,
         "decisions_per_build": decisions,
         "same_objects_with_and_without_server": sizes["mlgo_cc"] == sizes[

@@ -291,6 +291,25 @@ def _handle(conn: socket.socket, policy: Any, serve: Callable[..., Any]) -> None
         conn.close()
 
 
+def stop_servers(runtime_dir: Path) -> int:
+    """Kill every policy server started with `runtime_dir` as its $MLGO_RUNTIME_DIR (each
+    names its socket there on its command line), e.g. when a build that had a runtime
+    directory of its own is done; returns how many were killed."""
+    needle = os.fsencode(str(runtime_dir))
+    killed = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                if needle in f.read():
+                    os.kill(int(entry.name), signal.SIGKILL)
+                    killed += 1
+        except OSError:  # gone meanwhile, or not ours to read
+            pass
+    return killed
+
+
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
