@@ -115,7 +115,10 @@ def _between(steps: Steps, step: tuple[str, ...]) -> Steps:
 
 
 def autotools(*configure: str, make: Sequence[str] = (), autoreconf: bool = False) -> Steps:
-    """`./configure` for a static library (optionally regenerated first), then `make`."""
+    """`./configure` for a static library, then `make`. `autoreconf`: regenerate the build
+    files first, as Debian's own build does; needed where Debian's patches touch
+    configure.ac/Makefile.am (make would rerun the tarball's exact automake version) or the
+    tarball mixes libtool versions."""
     return (
         *((("autoreconf", "-fi"),) if autoreconf else ()),
         ("./configure", "--disable-shared", "--enable-static", *configure),
@@ -175,7 +178,8 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         "-DPCRE2_BUILD_PCRE2_32=OFF"),
         note="8-bit library and POSIX wrapper; the 16/32-bit builds recompile the same "
         "sources"),
-    Recipe("pcre3", "c", autotools("--disable-cpp", make=("libpcre.la", "libpcreposix.la")),
+    Recipe("pcre3", "c", autotools("--disable-cpp", make=("libpcre.la", "libpcreposix.la"),
+                                   autoreconf=True),
            note="8-bit library and POSIX wrapper, no C++ wrapper"),
     Recipe("libyaml", "c", cmake("-DINSTALL_CMAKE_DIR=lib/cmake", targets=("yaml",))),
     Recipe("cjson", "c", cmake(
@@ -268,7 +272,9 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                                targets=("libcmark_static",))),
     Recipe("pixman", "c", autotools("--disable-gtk", "--disable-libpng", "--disable-openmp",
                                     make=("-C", "pixman"))),
-    Recipe("libffi", "c", autotools("--disable-docs", "--disable-multi-os-directory")),
+    Recipe("libffi", "c", autotools("--disable-docs", "--disable-multi-os-directory",
+                                    # its static trampolines call an undeclared function
+                                    "--disable-exec-static-tramp")),
     Recipe("flac", "c", cmake(
         "-DBUILD_CXXLIBS=ON", "-DBUILD_PROGRAMS=OFF", "-DBUILD_EXAMPLES=OFF", "-DBUILD_DOCS=OFF",
         "-DWITH_OGG=OFF", "-DINSTALL_MANPAGES=OFF", targets=("FLAC", "FLAC++")),
