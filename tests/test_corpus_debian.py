@@ -398,3 +398,25 @@ def test_a_source_compiled_twice_with_the_same_flags_is_one_module(tmp_path: Pat
                                                                        "twice/other"]
     info = json.loads((tmp_path / "c" / "twice" / INFO_FILE).read_text())
     assert info["duplicates_dropped"] == 1
+
+
+def test_a_unity_module_with_too_much_code_is_split(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from pymlgo.corpus import debian_unity
+
+    files = {"debian/control": "",
+             "Makefile": "OBJS = a.o b.o c.o d.o\nlibu.a: $(OBJS)\n\tar rcs $@ $(OBJS)\n"
+                         "%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\n"}
+    for name in "abcd":
+        files[f"{name}.c"] = _filler(name, 26_000)
+    write_tree(tmp_path / "src" / "u" / "u-1.0", files)
+    # Two sources' code fits, four do not: the batch of four becomes two modules of two.
+    monkeypatch.setattr(debian_unity, "MIN_BATCH_BYTES", 1024)
+    monkeypatch.setattr(debian_unity, "MAX_CODE_BYTES", 25_000)  # one source: ~8.4 KB
+    config = DebianConfig(output_dir=tmp_path / "c", src_cache=tmp_path / "src",
+                          build_root=tmp_path / "build", progress=False)
+    (res,) = build_debian_corpora(["u"], config,
+                                  recipes={"u": Recipe("u", "c", (("make", "libu.a"),))},
+                                  fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    assert res.status == "built", res.error
+    assert res.unity_modules == 2

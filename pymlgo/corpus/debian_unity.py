@@ -41,6 +41,9 @@ MIN_SOURCES = 2
 # A batch with less source than this is no big module: not worth a second compile.
 MIN_BATCH_BYTES = 24 * 1024
 COMPILE_TIMEOUT = 1800.0
+# Template-heavy C++ (gmock's tests) made 2.9 MB of code from 384 KiB of source: a unity
+# object past this much code is split in two, so no module dwarfs the rest of the corpus.
+MAX_CODE_BYTES = 512 * 1024
 
 # Per-object options: they name this object's files, not how it is compiled.
 _PER_OBJECT_WITH_VALUE = frozenset({"-o", "-MF", "-MT", "-MQ", "-MJ"})
@@ -148,6 +151,16 @@ def batches(group: _Group) -> list[list[Path]]:
             and sum(s.stat().st_size for s in b) >= MIN_BATCH_BYTES]
 
 
+def code_bytes(obj: Path) -> int:
+    """Executable bytes of an object (0 if it cannot be read: then it is kept as is)."""
+    from pymlgo.toolchain.size import object_size
+
+    try:
+        return int(object_size(obj).code)
+    except (OSError, ValueError):
+        return 0
+
+
 def big_enough(batch: Sequence[Path], factor: int) -> bool:
     """At least `factor` times the minimum a unity batch needs, in sources and bytes."""
     return (len(batch) >= factor * MIN_SOURCES
@@ -219,6 +232,16 @@ def build_unity_modules(
             why = ([ln for ln in lines if "error:" in ln] or lines)[:2] if not ok else []
         except subprocess.TimeoutExpired:
             ok, lines, why = False, [], ["timed out"]
+        if ok and len(batch) >= 2 and code_bytes(obj) > MAX_CODE_BYTES:
+            if log is not None:
+                print(f"mlgo unity: {src.relative_to(workdir)} ({len(batch)} sources) has "
+                      f"over {MAX_CODE_BYTES} bytes of code: split", file=log, flush=True)
+            obj.unlink(missing_ok=True)
+            src.unlink(missing_ok=True)
+            k = len(batch) // 2
+            halves = [(batch[:k], "a"), (batch[k:], "b")]
+            return [e for half, tag in halves if len(half) >= MIN_SOURCES
+                    for e in compile_batch(group, half, stem.with_name(stem.name + tag))]
         if ok:
             return [{"directory": group.directory, "arguments": argv, "file": str(src),
                      "output": str(obj)}]
