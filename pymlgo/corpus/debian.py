@@ -209,6 +209,16 @@ def fetch_source(package: str, src_cache: Path, *, version: str | None = None,
     return _fetch_one(package, src_cache, version=version, progress=progress)
 
 
+def _install_tree(staging: Path, pkg_dir: Path) -> Path:
+    """Put a fetched, unpacked package in place of any older copy; its source tree."""
+    if pkg_dir.exists():
+        shutil.rmtree(pkg_dir)
+    os.rename(staging, pkg_dir)
+    tree = find_source_tree(pkg_dir)
+    assert tree is not None
+    return tree
+
+
 def _fetch_one(package: str, src_cache: Path, *, version: str | None, progress: bool,
                cache_as: str | None = None) -> Path:
     pkg_dir = src_cache / (cache_as or (package if version is None else f"{package}={version}"))
@@ -244,14 +254,9 @@ def _fetch_one(package: str, src_cache: Path, *, version: str | None, progress: 
         (staging / "log.txt").write_text(out + "\n", encoding="utf-8")
         if find_source_tree(staging) is None:
             raise DebianError(f"{package}: apt-get source left no unpacked source tree")
-        if pkg_dir.exists():
-            shutil.rmtree(pkg_dir)
-        os.rename(staging, pkg_dir)
+        return _install_tree(staging, pkg_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    tree = find_source_tree(pkg_dir)
-    assert tree is not None
-    return tree
 
 
 ORIG_ONLY_MARKER = "mlgo-orig-only"
@@ -293,14 +298,9 @@ def _fetch_upstream_tarball(package: str, version: str, src_cache: Path, *,
         shutil.rmtree(unpack)
         for tarball in tars:
             tarball.unlink()
-        if pkg_dir.exists():
-            shutil.rmtree(pkg_dir)
-        os.rename(staging, pkg_dir)
+        return _install_tree(staging, pkg_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    found = find_source_tree(pkg_dir)
-    assert found is not None
-    return found
 
 
 def _mkdir(path: Path) -> Path:
