@@ -1,4 +1,4 @@
-"""es, dqn and bc are reproducible: two runs with one seed give the same policy bytes, and
+"""es, dqn, bc and il are reproducible: two runs with one seed give the same policy bytes, and
 a run stopped after iteration 1 and resumed ends with the bytes of an uninterrupted run.
 (ppo, with a killed run, is in test_train_resume.py.)
 
@@ -38,6 +38,10 @@ CONFIGS = {
     "dqn": 'algo = "dqn"\nwarmstart = ""\n' + COMMON
            + "[dqn]\nmodules_per_iteration = 2\nupdates_per_iteration = 5\nbatch_size = 32\n",
     "bc": 'algo = "bc"\nwarmstart = ""\n' + COMMON + "[bc]\nbatch_size = 32\n",
+    # search (seeded flips through the worker pool) and cloning from a random network
+    "il": 'algo = "il"\nwarmstart = ""\n' + COMMON
+          + "[il]\nbudget = 4\nsearch_batch = 2\nmodules_per_iteration = 2\n"
+          + "epochs_per_iteration = 2\nbatch_size = 32\n",
 }
 
 

@@ -18,7 +18,7 @@ _ALGOS = ("bc", "ppo", "es", "dqn", "il")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
-        help="train a policy (bc, ppo, es, dqn); checkpoints, resume, TensorBoard",
+        help="train a policy (bc, ppo, es, dqn, il); checkpoints, resume, TensorBoard",
         description=(
             "Train an inlining-for-size policy on the training split of a corpus. Every "
             "iteration is checkpointed to OUTPUT_DIR; rerunning the same command on an "

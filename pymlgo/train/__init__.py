@@ -1,4 +1,4 @@
-"""Training algorithms (bc, ppo, es, dqn) and the trainer loop."""
+"""Training algorithms (bc, ppo, es, dqn, il) and the trainer loop."""
 
 import os
 
