@@ -24,7 +24,7 @@ from typing import NoReturn
 from pymlgo.problems.base import ModuleResult
 from pymlgo.workers import wire
 from pymlgo.workers.protocol import DEFAULT_MAX_RETRIES, ExecutorError, lost_result
-from pymlgo.workers.scratch import reap
+from pymlgo.workers.scratch import reap, reap_stale, temp_base
 
 HANG_GRACE_S = 60.0  # past the compile timeout, a silent worker is presumed hung
 MAX_FAILED_STARTS = 3  # consecutive deaths before "ready": the environment is broken
@@ -112,6 +112,7 @@ class WorkerProcess:
         self.wfd = self.proc.stdin.fileno()
         self.ready = False
         self.scratch: Path | None = None
+        self.temp_base = temp_base(env)
         self.specs: set[int] = set()
         self.task: _Task | None = None
         self.jid = 0
@@ -138,6 +139,8 @@ class WorkerProcess:
             self.proc.stdout.close()  # type: ignore[union-attr]
         if self.scratch is not None:
             reap(self.scratch)
+        else:  # stopped before it said which dir is its own: reap any whose owner is gone
+            reap_stale(self.temp_base)
 
 
 class Dispatcher:

@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,16 @@ def claim_scratch(base: Path | None = None) -> Scratch:
     staging.rename(path)
     tempfile.tempdir = str(path)  # private_tmpdir() and friends now allocate here
     return Scratch(path, fd)
+
+
+def temp_base(env: Mapping[str, str]) -> Path:
+    """Where a worker started with `env` makes its scratch dir: the first of $TMPDIR, $TEMP
+    and $TMP that is a directory, as `tempfile.gettempdir()` decides in a new process."""
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        value = env.get(name)
+        if value and os.path.isdir(value):
+            return Path(value)
+    return Path(tempfile.gettempdir())
 
 
 def orphans_of(path: Path) -> list[int]:
