@@ -33,7 +33,7 @@ from pymlgo.problems.inlining.compile import OPT_LEVEL, channel_flags
 from pymlgo.protocol.channel import make_fifos, remove_fifos, serve_channel
 from pymlgo.protocol.log import Header, Observation
 from pymlgo.toolchain.compiler import find_compiler
-from pymlgo.toolchain.elf import text_size
+from pymlgo.toolchain.size import text_size
 
 HOST_SOURCE = Path(__file__).parent / "c" / "channel_host.c"
 

@@ -18,7 +18,7 @@ from pymlgo.corpus.command import recompile_args
 from pymlgo.corpus.extract import extract_objects, objects_from_compile_commands
 from pymlgo.corpus.format import DESCRIPTION_FILE, load_corpus
 from pymlgo.toolchain.compiler import Compiler
-from pymlgo.toolchain.elf import text_size
+from pymlgo.toolchain.size import text_size
 from tests.conftest import assert_one_error_line, clang_behind_script
 
 HEADER = """#ifndef SHAPES_H

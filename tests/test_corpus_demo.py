@@ -26,7 +26,7 @@ from pymlgo.corpus.demo import (
 from pymlgo.corpus.format import DESCRIPTION_FILE, CorpusError, load_corpus
 from pymlgo.corpus.split import split_by_package
 from pymlgo.toolchain.compiler import Compiler
-from pymlgo.toolchain.elf import text_size
+from pymlgo.toolchain.size import text_size
 
 # Tests of the built corpus: the first one builds it (download + about 60 compiles, a minute
 # or more on 2 cores) unless the cache has it. `slow` only labels them; they run by default.

@@ -22,7 +22,8 @@ from pymlgo.corpus.extract import (
 from pymlgo.corpus.format import DESCRIPTION_FILE, CorpusError, load_corpus
 from pymlgo.corpus.make import make_corpus
 from pymlgo.toolchain.compiler import Compiler
-from pymlgo.toolchain.elf import read_sections, text_size
+from pymlgo.toolchain.elf import read_sections
+from pymlgo.toolchain.size import text_size
 from tests.conftest import assert_one_error_line
 
 TARGET = ("-target", "x86_64-linux-gnu", "-mcpu=baseline")

@@ -20,7 +20,7 @@ from pymlgo.corpus.format import (
     write_corpus_description,
 )
 from pymlgo.toolchain.compiler import Compiler
-from pymlgo.toolchain.elf import text_size
+from pymlgo.toolchain.size import text_size
 
 CC1 = ("-cc1", "-triple", "x86_64-unknown-linux-gnu", "-emit-obj", "-Os")
 

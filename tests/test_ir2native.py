@@ -21,7 +21,7 @@ from pymlgo.ir2native.model import (
     select_l2,
 )
 from pymlgo.ir2native.train import evaluate_heldout, module_folds
-from pymlgo.toolchain.elf import text_size
+from pymlgo.toolchain.size import text_size
 
 # Two small modules per package: enough functions to fit, cheap to compile.
 SUBSET = ("zstd/lib/compress/hist", "zstd/lib/common/entropy_common",

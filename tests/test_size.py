@@ -13,9 +13,9 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.elf import NotELFError
 from pymlgo.toolchain.size import (
     GROUPS,
-    NotELFError,
     ObjectSize,
     SizeMetricError,
     object_size,

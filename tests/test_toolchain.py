@@ -14,7 +14,8 @@ import pytest
 
 from pymlgo.toolchain import run
 from pymlgo.toolchain.compiler import CompilerError, find_compiler
-from pymlgo.toolchain.elf import NotELFError, read_sections, text_size
+from pymlgo.toolchain.elf import NotELFError, read_sections
+from pymlgo.toolchain.size import text_size
 
 
 def children_of_self() -> set[int]:

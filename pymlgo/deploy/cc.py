@@ -324,7 +324,8 @@ def _object_record(inv: Invocation) -> dict[str, object]:
     path = object_path(inv)
     if path is None:
         return {}
-    from pymlgo.toolchain.size import NotELFError, object_size
+    from pymlgo.toolchain.elf import NotELFError
+    from pymlgo.toolchain.size import object_size
 
     try:
         sizes = object_size(path)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pymlgo.toolchain.size import NotELFError, ObjectSize, object_size
+from pymlgo.toolchain.elf import NotELFError
+from pymlgo.toolchain.size import ObjectSize, object_size
 
 _FORMATS = ((b"\xcf\xfa\xed\xfe", "Mach-O"), (b"\xce\xfa\xed\xfe", "Mach-O"),
             (b"\xfe\xed\xfa\xcf", "Mach-O"), (b"\xfe\xed\xfa\xce", "Mach-O"),

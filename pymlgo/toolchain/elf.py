@@ -1,17 +1,37 @@
-"""Read ELF objects in Python: executable-code size and embedded sections."""
+"""Read ELF objects in Python: open them (with a clear error for anything else) and read
+embedded sections."""
 
 from __future__ import annotations
 
+import io
 import os
+from pathlib import Path
 
-from pymlgo.toolchain.size import ELF_MAGIC, NotELFError, load_bytes, object_size, open_elf
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
 
-__all__ = ["ELF_MAGIC", "NotELFError", "read_sections", "text_size"]
+ELF_MAGIC = b"\x7fELF"
 
 
-def text_size(obj: bytes | os.PathLike[str] | str) -> int:
-    """Bytes of executable code (the `text` metric of `toolchain.size`)."""
-    return object_size(obj).code
+class NotELFError(ValueError):
+    """The file is not an ELF object."""
+
+
+def open_elf(data: bytes, origin: str) -> ELFFile:
+    """An ELFFile over `data`; NotELFError if it is not (well-formed) ELF."""
+    if not data.startswith(ELF_MAGIC):
+        raise NotELFError(f"{origin}: not an ELF object (starts with {data[:4]!r})")
+    try:
+        return ELFFile(io.BytesIO(data))
+    except ELFError as exc:
+        raise NotELFError(f"{origin}: malformed ELF: {exc}") from exc
+
+
+def load_bytes(obj: bytes | os.PathLike[str] | str) -> tuple[bytes, str]:
+    """(contents, a name for messages) of a file or of bytes already read."""
+    if isinstance(obj, bytes):
+        return obj, "<bytes>"
+    return Path(obj).read_bytes(), str(obj)
 
 
 def read_sections(

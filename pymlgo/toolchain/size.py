@@ -30,39 +30,36 @@ The metrics (`--size-metric`):
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Literal
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.constants import SH_FLAGS
-from elftools.elf.elffile import ELFFile
+
+from pymlgo.toolchain.elf import NotELFError, load_bytes, open_elf
 
 SizeMetric = Literal["allocated", "text", "llvm-size"]
 SIZE_METRICS: tuple[str, ...] = ("allocated", "text", "llvm-size")
 DEFAULT_SIZE_METRIC: SizeMetric = "allocated"
-METRIC_HELP = (
-    "allocated: every allocated section with file contents (code, read-only data, unwind "
-    "and exception tables, data; the default: what ships); text: executable sections only; "
-    "llvm-size: llvm-size's Berkeley text column (ml-compiler-opt's reward)"
-)
+# what each metric counts, in words, for help texts and reports
+METRIC_MEANING = {
+    "allocated": "every allocated section with file contents: code, read-only data, unwind "
+                 "and exception tables, data (what ships)",
+    "text": "executable sections only",
+    "llvm-size": "llvm-size's Berkeley text column (ml-compiler-opt's reward)",
+}
+METRIC_HELP = "; ".join(f"{m}: {w}" for m, w in METRIC_MEANING.items())
 GROUPS: tuple[str, ...] = ("code", "rodata", "unwind", "eh_tables", "data")
 
 _UNWIND = (".eh_frame", ".eh_frame_hdr", ".ARM.exidx", ".sframe")
 _EH_TABLES = (".gcc_except_table", ".ARM.extab")
 _SHT_NOBITS = "SHT_NOBITS"
-ELF_MAGIC = b"\x7fELF"
-
-
-class NotELFError(ValueError):
-    """The file is not an ELF object."""
 
 
 class SizeMetricError(ValueError):
-    """An unknown size metric, or sizes of two metrics about to be mixed."""
+    """A size metric that does not exist."""
 
 
 def check_metric(name: str) -> SizeMetric:
@@ -159,23 +156,6 @@ def total(sizes: Iterable[ObjectSize]) -> ObjectSize:
     return out
 
 
-def open_elf(data: bytes, origin: str) -> ELFFile:
-    """An ELFFile over `data`; NotELFError if it is not (well-formed) ELF."""
-    if not data.startswith(ELF_MAGIC):
-        raise NotELFError(f"{origin}: not an ELF object (starts with {data[:4]!r})")
-    try:
-        return ELFFile(io.BytesIO(data))
-    except ELFError as exc:
-        raise NotELFError(f"{origin}: malformed ELF: {exc}") from exc
-
-
-def load_bytes(obj: bytes | os.PathLike[str] | str) -> tuple[bytes, str]:
-    """(contents, a name for messages) of a file or of bytes already read."""
-    if isinstance(obj, bytes):
-        return obj, "<bytes>"
-    return Path(obj).read_bytes(), str(obj)
-
-
 def object_size(obj: bytes | os.PathLike[str] | str) -> ObjectSize:
     """Bytes by group of an ELF object, executable or shared library (any class, any
     byte order). NotELFError if it is not ELF."""
@@ -193,3 +173,8 @@ def object_size(obj: bytes | os.PathLike[str] | str) -> ObjectSize:
     except ELFError as exc:
         raise NotELFError(f"{origin}: malformed ELF: {exc}") from exc
     return ObjectSize(**counts)
+
+
+def text_size(obj: bytes | os.PathLike[str] | str) -> int:
+    """Bytes of executable code: the `text` metric."""
+    return object_size(obj).code
