@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +12,7 @@ from pathlib import Path
 from pymlgo.corpus.demo import cache_root
 from pymlgo.problems.base import CompileJob, ModuleResult
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.files import write_atomic
 from pymlgo.toolchain.size import ObjectSize
 from pymlgo.workers.protocol import Executor, WorkSpec, unreadable_result
 
@@ -50,15 +49,7 @@ class BaselineCache:
             return None
 
     def put(self, key: str, sizes: ObjectSize) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(sizes.to_json(), f)
-            os.replace(tmp, self.root / f"{key}.json")
-        except BaseException:  # e.g. disk full: leave no temp file behind
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(self.root / f"{key}.json", json.dumps(sizes.to_json()).encode())
 
 
 def baseline_results(

@@ -252,14 +252,14 @@ def _outputs(obj: Path, tmp: Path, stderr: str, cmd: tuple[str, ...]
     """(the object's bytes by group, the allocator's remarks) of a compile that exited with
     0, or why they cannot be had. The reward needs the remarks: without them a module is a
     failure, not a zero cost."""
-    size, error = measure_object(obj, stderr, cmd)
-    if size is None:
+    sizes, error = measure_object(obj, stderr, cmd)
+    if sizes is None:
         return error or "no object"
     path = remark_file(tmp)
     if not path.is_file():  # clang creates it before codegen, even when it stays empty
         return "compiler exited with 0 but wrote no optimization remarks"
     try:
-        return size, read_remarks(path)
+        return sizes, read_remarks(path)
     except RemarkFormatError as exc:
         return f"unreadable optimization remarks: {exc}"
 

@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +14,7 @@ from pymlgo.evaluate.baseline import baseline_key, cache_root
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy
 from pymlgo.problems.regalloc.compile import CORRECTED_KEY, COST_KEY
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.files import write_atomic
 from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, ObjectSize
 from pymlgo.workers.protocol import Executor, WorkSpec
 
@@ -40,12 +39,9 @@ class RegallocBaselineCache:
             return None
 
     def put(self, key: str, result: ModuleResult) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"size": result.size, "extra": dict(result.extra),
-                       "sizes": result.sizes.to_json() if result.sizes else None}, f)
-        os.replace(tmp, self.root / f"{key}.json")
+        doc = {"size": result.size, "extra": dict(result.extra),
+               "sizes": result.sizes.to_json() if result.sizes else None}
+        write_atomic(self.root / f"{key}.json", json.dumps(doc).encode())
 
 
 def baseline_results(
@@ -72,7 +68,7 @@ def baseline_results(
             yield hit
     if missing:
         for res in executor.run(base, missing):
-            if res.ok and res.size is not None and res.sizes is not None and res.module in keys:
+            if res.ok and res.sizes is not None and res.module in keys:
                 cache.put(keys[res.module], res)
             yield res
 
