@@ -76,6 +76,14 @@ def resolve_corpus(spec: str, *, command_override: Sequence[str] | None = None,
                        clang=clang)
 
 
+def size_metric(args: argparse.Namespace) -> str:
+    """The metric `--size-metric` chose, or the default (the option itself defaults to None,
+    so that `mlgo train` can tell it apart from its config file's)."""
+    from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
+
+    return args.size_metric or DEFAULT_SIZE_METRIC
+
+
 def add_size_metric_arg(p: argparse.ArgumentParser) -> None:
     from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, METRIC_HELP, SIZE_METRICS
 

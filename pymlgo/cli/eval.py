@@ -12,7 +12,6 @@ from pymlgo.evaluate.eval import corpus_jobs, evaluate, format_table
 from pymlgo.policy.store import load_policy
 from pymlgo.protocol.features import FeatureMismatchError
 from pymlgo.toolchain.compiler import CompilerError, find_compiler
-from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
 from pymlgo.workers import make_executor
 from pymlgo.workers.protocol import WorkSpec
 
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     spec = WorkSpec(problem=args.problem, clang=str(compiler.path) if not compiler.bundled
                     else None, timeout=args.timeout, memory_mb=args.memory_limit,
                     edits=flags.flag_edits(),
-                    size_metric=args.size_metric or DEFAULT_SIZE_METRIC)
+                    size_metric=common.size_metric(args))
     bar, on_result = common.progress(2 * len(jobs), f"eval {policy.name}")
     try:
         with make_executor(args.cluster, common.default_workers(args.workers)) as executor:

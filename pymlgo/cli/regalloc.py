@@ -42,7 +42,7 @@ def run_eval(args: argparse.Namespace) -> int:
     jobs = corpus_jobs(corpus)
     spec = WorkSpec(problem="regalloc", clang=None if compiler.bundled else str(compiler.path),
                     timeout=args.timeout,
-                    **({"size_metric": args.size_metric} if args.size_metric else {}))
+                    size_metric=common.size_metric(args))
     bar, on_result = common.progress(2 * len(jobs), f"eval regalloc {policy.name}")
     try:
         with make_executor(args.cluster, common.default_workers(args.workers)) as executor:

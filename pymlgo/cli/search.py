@@ -12,7 +12,6 @@ from tqdm import tqdm
 
 from pymlgo.cli import common
 from pymlgo.evaluate.search import DEFAULT_BATCH, SUMMARY_FILE, SearchReport, search
-from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
 
 DEFAULT_BUDGET = 40
 DEFAULT_OUTPUT = Path("mlgo-search")
@@ -110,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.budget < 1 or args.batch < 1:
         print("mlgo search: --budget and --batch must be >= 1", file=sys.stderr)
         return 2
-    metric = args.size_metric or DEFAULT_SIZE_METRIC
+    metric = common.size_metric(args)
     try:
         flags = common.compile_config(args)
         compiler = find_compiler(args.clang)

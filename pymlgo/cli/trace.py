@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         clang=None if compiler.bundled else str(compiler.path),
         timeout=args.timeout,
         edits=flags.flag_edits(),
-        **({"size_metric": args.size_metric} if args.size_metric else {}),
+        size_metric=common.size_metric(args),
     )
     metadata = {"policy_spec": args.policy, "seed": args.seed, "corpus": str(args.corpus)}
     if override is not None:  # so `mlgo train --traces` can refuse other flags

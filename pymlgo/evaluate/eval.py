@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -10,13 +10,8 @@ from pymlgo.corpus.format import Corpus
 from pymlgo.evaluate.baseline import baseline_results
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy
 from pymlgo.toolchain.compiler import Compiler
-from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, GROUPS, ObjectSize, total
+from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, METRIC_MEANING, ObjectSize, total
 from pymlgo.workers.protocol import Executor, WorkSpec
-
-_METRIC_WORDS = {"allocated": "every allocated section: code, read-only data, unwind and "
-                 "exception tables, data", "text": "executable sections only",
-                 "llvm-size": "llvm-size's Berkeley text column"}
-
 
 # Module-size buckets of the reports, by the -Oz size in the metric in force: big single
 # translation units (amalgamations, unity builds) behave unlike small ones.
@@ -27,6 +22,11 @@ SIZE_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
 
 def _change(base: int, new: int) -> float:
     return new / base - 1.0 if base else 0.0
+
+
+def _compared(base: Mapping[str, int], pol: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+    return {k: {"baseline_bytes": base[k], "policy_bytes": pol[k],
+                "change": _change(base[k], pol[k])} for k in base}
 
 
 @dataclass(frozen=True)
@@ -82,29 +82,29 @@ class EvalReport:
 
     @property
     def guarded_total(self) -> int:
-        """Per module the smaller of policy and -Oz (what `--mlgo-guard` gives a user)."""
+        """Per module the smaller of policy and -Oz (what a compile that keeps the smaller
+        object would give a user)."""
         return sum(min(m.policy_bytes or 0, m.baseline_bytes or 0) for m in self.ok_modules)
 
     def _measured(self) -> tuple[ModuleRow, ...]:
         return tuple(m for m in self.ok_modules
                      if m.baseline_sizes is not None and m.policy_sizes is not None)
 
+    def _sums(self) -> tuple[ObjectSize, ObjectSize]:
+        """-Oz and policy bytes by group, summed over the modules measured on both sides."""
+        rows = self._measured()
+        return (total(m.baseline_sizes for m in rows if m.baseline_sizes),
+                total(m.policy_sizes for m in rows if m.policy_sizes))
+
     def by_group(self) -> dict[str, dict[str, Any]]:
         """Totals per section group (modules measured by group on both sides)."""
-        rows = self._measured()
-        base = total(m.baseline_sizes for m in rows if m.baseline_sizes)
-        pol = total(m.policy_sizes for m in rows if m.policy_sizes)
-        return {g: {"baseline_bytes": b, "policy_bytes": p, "change": _change(b, p)}
-                for g, b, p in zip(GROUPS, base.groups().values(), pol.groups().values(),
-                                   strict=True)}
+        base, pol = self._sums()
+        return _compared(base.groups(), pol.groups())
 
     def by_metric(self) -> dict[str, dict[str, Any]]:
         """Totals by every size metric, whichever is in force."""
-        rows = self._measured()
-        base = total(m.baseline_sizes for m in rows if m.baseline_sizes).metrics()
-        pol = total(m.policy_sizes for m in rows if m.policy_sizes).metrics()
-        return {k: {"baseline_bytes": base[k], "policy_bytes": pol[k],
-                    "change": _change(base[k], pol[k])} for k in base}
+        base, pol = self._sums()
+        return _compared(base.metrics(), pol.metrics())
 
     def by_bucket(self) -> dict[str, dict[str, Any]]:
         """Totals per module-size bucket (SIZE_BUCKETS, by -Oz bytes of the metric)."""
@@ -205,7 +205,7 @@ def format_table(report: EvalReport) -> str:
     """Per-module table (bytes by the report's metric; code and unwind-table deltas), the
     total, and the totals by section group, by metric and by module size, for the terminal."""
     width = max([len(m.name) for m in report.modules] + [6])
-    lines = [f"size metric: {report.size_metric} ({_METRIC_WORDS[report.size_metric]})",
+    lines = [f"size metric: {report.size_metric} ({METRIC_MEANING[report.size_metric]})",
              f"{'module':<{width}}  {'-Oz':>9}  {'policy':>9}  {'change':>8}  {'code':>7}  "
              f"{'unwind':>7}  {'decisions':>9}"]
     for m in report.modules:
