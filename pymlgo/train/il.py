@@ -39,7 +39,7 @@ from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.problems.base import Trajectory
 from pymlgo.train.bc import agreement, fit_epochs
 from pymlgo.train.config import ILConfig
-from pymlgo.train.env import TrainEnv
+from pymlgo.train.env import TrainEnv, feature_matrix
 from pymlgo.train.nets import MLP, tensor
 from pymlgo.workers.task import compiler_for
 
@@ -47,11 +47,8 @@ from pymlgo.workers.task import compiler_for
 def trajectory_inputs(features: tuple[str, ...], traj: Trajectory) -> tuple[np.ndarray,
                                                                             np.ndarray]:
     """Raw (n, f) features in the vocab's column order and the (n,) 0/1 decisions."""
-    n = len(traj)
-    cols = [np.asarray(traj.features[f]).reshape(n, -1)[:, 0] for f in features] if n else []
-    x = np.stack(cols, axis=1).astype(np.float64) if cols else np.zeros((n, len(features)))
-    y = (np.asarray(traj.advice).reshape(n, -1)[:, 0] != 0).astype(np.float32)
-    return x, y
+    y = (np.asarray(traj.advice).reshape(len(traj), -1)[:, 0] != 0).astype(np.float32)
+    return feature_matrix(features, traj.features, len(traj)), y
 
 
 class ImitationLearning:
@@ -87,10 +84,10 @@ class ImitationLearning:
             if held is None or m.best_bytes < held[0]:
                 x, y = trajectory_inputs(self.features, m.trajectory)
                 self.dataset[m.module] = (m.best_bytes, x, y)
-        x, y = self._stacked()
-        losses = fit_epochs(self.net, self.opt, tensor(self.template.vocab.normalize(x)),
-                            tensor(y), self.cfg.batch_size, self.cfg.epochs_per_iteration,
-                            self.rng) if len(y) else []
+        raw, labels = self._stacked()
+        x, y = tensor(self.template.vocab.normalize(raw)), tensor(labels)
+        losses = fit_epochs(self.net, self.opt, x, y, self.cfg.batch_size,
+                            self.cfg.epochs_per_iteration, self.rng) if len(y) else []
         base = totals["baseline_bytes"]
         return {
             "il/start_change": totals["start_bytes"] / base - 1.0 if base else 0.0,
@@ -99,8 +96,7 @@ class ImitationLearning:
             "il/dataset_modules": float(len(self.dataset)),
             "il/dataset_decisions": float(len(y)),
             "il/loss": losses[-1] if losses else float("nan"),
-            "il/agreement": agreement(self.net, tensor(self.template.vocab.normalize(x)),
-                                      tensor(y)),
+            "il/agreement": agreement(self.net, x, y),
         }
 
     def _stacked(self) -> tuple[np.ndarray, np.ndarray]:
