@@ -49,7 +49,7 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -61,7 +61,7 @@ from pymlgo.evaluate.eval import EvalReport, corpus_jobs, evaluate
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.store import load_policy_dir
 from pymlgo.policy.vocab import Vocab
-from pymlgo.problems.base import CompileJob
+from pymlgo.problems.base import CompileJob, Trajectory
 from pymlgo.problems.inlining.policies import HeuristicPolicy
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 from pymlgo.train.config import TrainConfig, make_config
@@ -119,22 +119,60 @@ def snapshot(corpora: Sequence[str], root: Path, skipped: dict[str, str]) -> Cor
 
 
 def quality_config(algo: str, seed: int, minutes: float, heldout: float,
-                   weighting: str = "default") -> TrainConfig:
+                   weighting: str = "default", overrides: Mapping[str, Any] | None = None,
+                   traces: str = "") -> TrainConfig:
     """Hyperparameters for a 2-core, tens-of-minutes run (see the note in the report).
 
     Batches are uniform over modules, although openssl is about 70% of them. Measured with
     `sample_by = "package"` (seed 0): the packages with one or two training modules
     (fmtlib, expat) are then in every batch, ES fits them, and validation went from -0.83%
     (the bc warm start) to +0.52% in 22 iterations while the batches improved by ~0.8%."""
-    return make_config(
+    values: dict[str, Any] = dict(
         algo=algo, seed=seed, time_budget_minutes=minutes, warmstart="bc",
-        reward_weighting=weighting,
+        reward_weighting=weighting, traces=traces,
         split={"by": "package", "validation": 0.1, "heldout": heldout},
         bc={"warmstart_epochs": 30},
         es={"population": 6, "sigma": 0.05, "learning_rate": 0.02,
             "modules_per_iteration": 16},
         ppo={"modules_per_iteration": 12, "samples_per_module": 4, "entropy_coef": 0.001},
     )
+    return make_config(**_merged(values, overrides or {}))
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `over`'s keys replacing its own; tables are merged key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_variants(path: Path) -> dict[str, dict[str, Any]]:
+    """Named training variants from a TOML file: each table is one variant, its `algo`
+    (es, ppo, dqn) plus any `mlgo train` config keys that differ from `quality_config`'s,
+    for example a feature set:
+
+        [ppo-local]
+        algo = "ppo"
+        policy.features = ["sroa_savings", ...]
+
+    A variant is then named in `--algos` like an algorithm."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SystemExit(f"--variants {path}: {exc}") from exc
+    for name, table in data.items():
+        if not isinstance(table, dict) or table.get("algo") not in ("es", "ppo", "dqn"):
+            raise SystemExit(f"--variants {path}: [{name}] needs algo = \"es\", \"ppo\" or "
+                             "\"dqn\"")
+        if ":" in name or "," in name:
+            raise SystemExit(f"--variants {path}: variant name {name!r} may not hold : or ,")
+    return data
 
 
 def summary(report: EvalReport) -> dict[str, Any]:
@@ -195,11 +233,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="with --folds: run only these folds (0-based); the others are "
                     "taken from OUTPUT_DIR when an earlier run finished them with the same "
                     "settings (so folds can run as separate processes), else left out")
+    ap.add_argument("--variants", type=Path, default=None, metavar="TOML",
+                    help="named training variants (a table each: algo plus config keys, "
+                    "see load_variants) that --algos may name like algorithms")
+    ap.add_argument("--no-shared-trace", action="store_true",
+                    help="with --folds: record clang's decisions in every fold's setup "
+                    "instead of tracing the whole corpus once (OUTPUT_DIR/trace) and "
+                    "reading each fold's training modules from it")
     args = ap.parse_args(argv)
+    variants = args.variant_tables = load_variants(args.variants) if args.variants else {}
     algos = [a for a in args.algos.split(",") if a]
-    if not algos or any(not _valid_algo(a) for a in algos) or len(set(algos)) < len(algos):
+    if (not algos or any(not _valid_algo(a, variants) for a in algos)
+            or len(set(algos)) < len(algos)):
         ap.error("--algos: a comma-separated list of es, ppo, dqn, each optionally with "
-                 ":module or :bytes, each once")
+                 ":module or :bytes, or variant names from --variants, each once")
     if args.folds < 1:
         ap.error("--folds must be >= 1")
     tails = [t for t in args.tails.split(",") if t]
@@ -220,8 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with make_executor(None, args.workers) as executor:
         runs = {}
         for i, name in enumerate(algos):
-            algo, weighting = _parse_algo(name)
-            config = quality_config(algo, args.seed, per_algo, args.heldout, weighting)
+            config = _config(name, variants, args.seed, per_algo, args.heldout)
             run_dir = out / _run_name(name)
             run_dir.mkdir(parents=True, exist_ok=True)
             first = out / _run_name(algos[0]) / SETUP_FILE
@@ -296,15 +342,30 @@ def _write_report(out: Path, report: Mapping[str, Any]) -> None:
     print(text)
 
 
-def _valid_algo(spec: str) -> bool:
-    algo, _, weighting = spec.partition(":")
-    return algo in ("es", "ppo", "dqn") and weighting in ("", "module", "bytes")
+Variants = Mapping[str, Mapping[str, Any]]  # --variants: name -> its table
 
 
-def _parse_algo(spec: str) -> tuple[str, str]:
-    """`ppo:bytes` -> ("ppo", "bytes"); `ppo` -> ("ppo", "default")."""
+def _valid_algo(spec: str, variants: Variants) -> bool:
     algo, _, weighting = spec.partition(":")
+    return (algo in ("es", "ppo", "dqn") or algo in variants) and weighting in (
+        "", "module", "bytes")
+
+
+def _parse_algo(spec: str, variants: Variants | None = None) -> tuple[str, str]:
+    """`ppo:bytes` -> ("ppo", "bytes"); `ppo` -> ("ppo", "default"); a variant -> its algo."""
+    algo, _, weighting = spec.partition(":")
+    if variants and algo in variants:
+        algo = variants[algo]["algo"]
     return algo, weighting or "default"
+
+
+def _config(spec: str, variants: Variants, seed: int, minutes: float, heldout: float,
+            traces: str = "") -> TrainConfig:
+    """The training config of `--algos` entry `spec` (an algorithm or a variant)."""
+    algo, weighting = _parse_algo(spec, variants)
+    overrides = {k: v for k, v in variants.get(spec.partition(":")[0], {}).items()
+                 if k != "algo"}
+    return quality_config(algo, seed, minutes, heldout, weighting, overrides, traces)
 
 
 def _run_name(spec: str) -> str:
@@ -345,27 +406,68 @@ def package_folds(corpus: Corpus, folds: int, seed: int) -> list[list[str]]:
     return [sorted(g) for g in groups]
 
 
+def shared_trace(executor: Any, compiler: Compiler, corpus: Corpus, directory: Path,
+                 spec: WorkSpec) -> Path:
+    """clang's own decisions on every module of the snapshot, traced once (`mlgo trace
+    --policy default`) and kept in `directory`: each fold's setup reads its training modules
+    from it instead of compiling them again (the vocab and the warm start still see only the
+    fold's training modules)."""
+    from pymlgo.evaluate.trace import TRACE_FILE, trace_corpus
+
+    if not (directory / TRACE_FILE).is_file():
+        print(f"policy_quality: tracing clang's decisions on {len(corpus)} modules once "
+              f"into {directory}", file=sys.stderr, flush=True)
+        trace_corpus(executor, compiler, corpus_jobs(corpus), HeuristicPolicy(), directory,
+                     spec=spec, overwrite=True,
+                     metadata={"policy_spec": "default", "corpus": str(corpus.root)})
+    return directory
+
+
+def _setup_identity(run_dir: Path) -> Any:
+    path = run_dir / SETUP_FILE
+    if not path.is_file():
+        return None
+    with path.open("rb") as f:
+        return pickle.load(f).identity
+
+
+def _recorded(executor: Any, jobs: Sequence[CompileJob],
+              traces: str) -> Iterator[tuple[str, Trajectory]]:
+    """clang's own decisions on `jobs`: read from the shared trace, or compiled."""
+    if traces:
+        from pymlgo.evaluate.trace import load_traces
+
+        wanted = {j.module for j in jobs}
+        for module, traj, _ in load_traces(Path(traces)):
+            if module in wanted:
+                yield module, traj
+        return
+    spec = WorkSpec(clang=None, timeout=600.0, policy=HeuristicPolicy(), record=True)
+    for res in executor.run(spec, list(jobs)):
+        if res.ok and res.trajectory is not None:
+            yield res.module, res.trajectory
+
+
 def out_of_range(executor: Any, jobs: Sequence[CompileJob], vocab: Vocab,
-                 baselines: Mapping[str, int]) -> dict[str, Any]:
+                 baselines: Mapping[str, int], traces: str = "") -> dict[str, Any]:
     """Per module-size bucket: clang's own decisions on `jobs` (one recorded -Oz compile
-    each) whose features lie beyond `vocab`'s last boundary, where a "clip" vocab sees 1.0
-    whatever the value."""
+    each, or the shared trace) whose features lie beyond `vocab`'s last boundary, where a
+    "clip" vocab sees 1.0 whatever the value."""
     from pymlgo.evaluate.eval import SIZE_BUCKETS
 
-    spec = WorkSpec(clang=None, timeout=600.0, policy=HeuristicPolicy(), record=True)
     tops = [float(b[-1]) if b.size else None for b in vocab.boundaries]
     rows: dict[str, dict[str, Any]] = {
         name: {"modules": 0, "decisions": 0, "beyond": 0, "features": {}}
         for name, _, _ in SIZE_BUCKETS}
-    for res in executor.run(spec, list(jobs)):
-        base = baselines.get(res.module)
-        if not res.ok or res.trajectory is None or base is None:
+    for module, trajectory in _recorded(executor, jobs, traces):
+        base = baselines.get(module)
+        if base is None:
             continue
         bucket = next(n for n, lo, hi in SIZE_BUCKETS if base >= lo and (hi is None or base < hi))
         row = rows[bucket]
         row["modules"] += 1
-        feats = res.trajectory.features
-        n = len(res.trajectory.advice)
+        feats = trajectory.features
+        n = len(trajectory.advice)
         any_beyond = [False] * n
         for name, top in zip(vocab.features, tops, strict=True):
             if top is None or name not in feats:
@@ -447,9 +549,14 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
     folds_out: list[dict[str, Any]] = []
     only = (set(range(args.folds)) if args.only_folds is None
             else {int(i) for i in args.only_folds.split(",") if i})
+    variants: Variants = args.variant_tables
     settings = {"algos": algos, "tails": tails, "search_budget": args.search_budget,
-                "minutes": minutes, "seed": args.seed, "modules": len(corpus)}
+                "minutes": minutes, "seed": args.seed, "modules": len(corpus),
+                "variants": {a: variants[a.partition(":")[0]] for a in algos
+                             if a.partition(":")[0] in variants}}
     with make_executor(None, args.workers) as executor:
+        traces = "" if args.no_shared_trace else str(shared_trace(executor, compiler, corpus,
+                                                                  out / "trace", spec))
         for k, held in enumerate(groups):
             done = out / f"fold{k}" / "fold.pkl"
             if done.is_file():  # finished by an earlier run (or another process)
@@ -472,7 +579,7 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
             runs: dict[str, Any] = {}
             # The setup (split, -Oz sizes, clang's decisions, vocab, bc warm start) runs once
             # per fold, outside every algorithm's clock: each gets the same training time.
-            first = quality_config(_parse_algo(algos[0])[0], args.seed, minutes, 0.0)
+            first = _config(algos[0], variants, args.seed, minutes, 0.0, traces)
             setup_dir = fold_dir / "setup"
             started = time.monotonic()
             train(replace(first, iterations=0, time_budget_minutes=None), train_corpus,
@@ -480,8 +587,7 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                   executor=executor)
             setup_minutes = (time.monotonic() - started) / 60
             for name in algos:
-                algo, weighting = _parse_algo(name)
-                config = quality_config(algo, args.seed, minutes, 0.0, weighting)
+                config = _config(name, variants, args.seed, minutes, 0.0, traces)
                 run_dir = fold_dir / _run_name(name)
                 run_dir.mkdir(parents=True, exist_ok=True)
                 if (config.setup_identity() == first.setup_identity()
@@ -499,6 +605,11 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
             if warm is not None:
                 policies["bc"] = warm
             for name, res in runs.items():
+                # a variant with its own setup (other features, say) had its own warm start
+                own = _warm_start(fold_dir / _run_name(name))
+                if own is not None and _setup_identity(fold_dir / _run_name(name)) != \
+                        _setup_identity(setup_dir):
+                    policies[f"{name}:bc"] = replace(own, name=f"{name}-bc-warmstart")
                 policies[name] = load_policy_dir(res.best_dir)
             entry: dict[str, Any] = {
                 "fold": k, "heldout_packages": held, "heldout_modules": len(held_names),
@@ -532,7 +643,8 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                               "best_validation_change": res.best_validation_change}
                     entry["policies"][shown] = e
             if warm is not None:
-                entry["out_of_range"] = out_of_range(executor, held_jobs, warm.vocab, baselines)
+                entry["out_of_range"] = out_of_range(executor, held_jobs, warm.vocab, baselines,
+                                                     traces=traces)
             folds_out.append(entry)
             tmp = done.with_suffix(".tmp")
             with tmp.open("wb") as f:

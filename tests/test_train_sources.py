@@ -198,3 +198,20 @@ def test_a_warm_start_must_be_a_saved_policy(pipeline, tmp_path):
     assert "not a saved MLP policy" in message and "warmstart = 'bc'" in message
     message = refused(pipeline, tmp_path / "run", "--warmstart", "pretrained:nope")
     assert "no pretrained policy 'nope'" in message
+
+
+def test_a_run_on_some_packages_of_the_traced_corpus_reads_them_from_its_trace(pipeline):
+    """One fold of a k-fold split trains on a subset of a corpus traced once as a whole."""
+    from dataclasses import replace
+
+    from pymlgo.corpus.format import load_corpus
+    from pymlgo.toolchain.compiler import find_compiler
+    from pymlgo.train.config import make_config
+    from pymlgo.train.sources import load_sources
+
+    whole = load_corpus(pipeline.corpus)
+    fold = replace(whole, modules=whole.modules[:2])
+    config = make_config(algo="bc", warmstart="", traces=str(pipeline.trace))
+    sources = load_sources(config, fold, find_compiler(None).version)
+    assert sources.traces is not None
+    assert set(sources.traces.rows) == set(whole.names) > set(fold.names)

@@ -157,7 +157,7 @@ def _traces(config: TrainConfig, corpus: Corpus, compiler_version: str) -> Trace
         raise SourceError(
             f"{directory} is a trace of policy {info.get('policy')!r}; behaviour cloning "
             f"learns clang's own decisions: trace with `mlgo trace --policy default`")
-    if set(rows) != set(corpus.names):
+    if set(rows) != set(corpus.names) and not _traced_subset(info, rows, corpus):
         common = len(set(rows) & set(corpus.names))
         raise SourceError(
             f"{directory} traces another corpus: {len(rows)} modules, {common} of them in "
@@ -176,6 +176,20 @@ def _traces(config: TrainConfig, corpus: Corpus, compiler_version: str) -> Trace
         raise SourceError(f"{directory} was traced with other compile flags ({traced}) than "
                           f"this run's ({wanted}): trace again with the same flags")
     return TraceSource(directory, info, rows)
+
+
+def _traced_subset(info: Mapping[str, Any], rows: Mapping[str, TraceRow],
+                   corpus: Corpus) -> bool:
+    """A trace of this corpus's own directory that holds every module a run sees: a run on
+    some of its packages (one fold of a k-fold split) may read its modules from the trace of
+    the whole; each module's -Oz bytes are still checked against the run's (`episodes`)."""
+    recorded = info.get("corpus")
+    if not isinstance(recorded, str) or not set(corpus.names) <= set(rows):
+        return False
+    try:
+        return Path(recorded).resolve() == Path(corpus.root).resolve()
+    except OSError:
+        return False
 
 
 def check_features(sources: Sources, config: TrainConfig, compiler_features: Sequence[str],
