@@ -26,9 +26,11 @@ An algorithm is `ALGO[:WEIGHTING]` (`ppo`, `ppo:bytes`, `es:module`; WEIGHTING s
 normalizing feature values beyond its vocab (the weights are the same; `log` extrapolates
 what `clip` saturates, see `pymlgo.policy.vocab`), and `out_of_range` reports, per
 module-size bucket, how many of clang's held-out decisions have a feature beyond the vocab.
-`search_limit`: what `pymlgo.evaluate.search` finds on the held-out modules from clang's
-own decisions with `--search-budget` compiles per module (null when the module is absent
-or the budget is 0), and each policy's share of that saving.
+`search_limit`: what `pymlgo.evaluate.search` finds with `--search-budget` compiles per
+module on a seeded sample of each fold's held-out modules (`--search-modules`), starting
+from the fold's trained policy that is best on validation (search never ends above its
+start, so the limit is at least that policy); null when the budget is 0. Each policy's
+share of the limit is the bytes it saves over the bytes search saves, on those modules.
 
 Prints JSON (also written to OUTPUT_DIR/policy_quality.json) and, on stderr, markdown
 tables of the same figures.
@@ -61,7 +63,7 @@ from pymlgo.evaluate.eval import EvalReport, corpus_jobs, evaluate
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.store import load_policy_dir
 from pymlgo.policy.vocab import Vocab
-from pymlgo.problems.base import CompileJob, Trajectory
+from pymlgo.problems.base import CompileJob, Policy, Trajectory
 from pymlgo.problems.inlining.policies import HeuristicPolicy
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 from pymlgo.train.config import TrainConfig, make_config
@@ -226,6 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tails", default="clip",
                     help="with --folds: comma-separated feature tails (clip, log) to "
                     "evaluate every trained policy with (default clip)")
+    ap.add_argument("--search-modules", type=int, default=40, metavar="N",
+                    help="with --search-budget: search a seeded sample of N held-out modules "
+                    "per fold (0: all; default 40), from the trained policy best on "
+                    "validation; each policy's share of the limit is over those modules")
     ap.add_argument("--search-budget", type=int, default=0,
                     help="with --folds: compiles per held-out module for the search limit "
                     "(pymlgo.evaluate.search from clang's decisions); 0: not searched")
@@ -487,11 +493,21 @@ def out_of_range(executor: Any, jobs: Sequence[CompileJob], vocab: Vocab,
     return rows
 
 
+def search_sample(names: Sequence[str], n: int, seed: int, fold: int) -> list[str]:
+    """A seeded sample of `n` held-out modules to search (all of them if n <= 0 or fewer)."""
+    ordered = sorted(names)
+    if n <= 0 or n >= len(ordered):
+        return ordered
+    return sorted(random.Random(f"search:{seed}:{fold}").sample(ordered, n))
+
+
 def search_limit(executor: Any, compiler: Compiler, jobs: Sequence[CompileJob],
-                 budget: int, seed: int, spec: WorkSpec) -> dict[str, Any] | None:
-    """The held-out saving `pymlgo.evaluate.search` finds from clang's decisions (the
-    best single-module decision sequences in `budget` compiles each): an upper reference
-    for what a policy could reach there. None if search is not available or not asked."""
+                 budget: int, seed: int, spec: WorkSpec, start: Policy | None = None,
+                 output_dir: Path | None = None) -> dict[str, Any] | None:
+    """The saving `pymlgo.evaluate.search` finds on `jobs` from `start`'s decisions (clang's
+    own by default): the best decision sequences per module in `budget` compiles each, an
+    upper reference for what a policy could reach there. Resumable in `output_dir`. None if
+    search is not available or not asked."""
     if budget < 1 or importlib.util.find_spec("pymlgo.evaluate.search") is None:
         return None
     from pymlgo.evaluate import search as search_mod
@@ -499,8 +515,8 @@ def search_limit(executor: Any, compiler: Compiler, jobs: Sequence[CompileJob],
     fn = getattr(search_mod, "search", None)
     if fn is None:
         return None
-    report = fn(executor, compiler, list(jobs), HeuristicPolicy(), budget=budget, seed=seed,
-                spec=spec)
+    report = fn(executor, compiler, list(jobs), start or HeuristicPolicy(), budget=budget,
+                seed=seed, spec=spec, output_dir=output_dir)
     totals = dict(report.totals())
     totals["budget"] = budget
     totals["best"] = {m.module: m.best_bytes for m in report.ok_modules}
@@ -551,6 +567,7 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
             else {int(i) for i in args.only_folds.split(",") if i})
     variants: Variants = args.variant_tables
     settings = {"algos": algos, "tails": tails, "search_budget": args.search_budget,
+                "search_modules": args.search_modules,
                 "minutes": minutes, "seed": args.seed, "modules": len(corpus),
                 "variants": {a: variants[a.partition(":")[0]] for a in algos
                              if a.partition(":")[0] in variants}}
@@ -616,8 +633,16 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                 "train_packages": sorted(train_corpus.packages),
                 "train_modules": len(train_corpus), "setup_minutes": setup_minutes,
                 "policies": {}}
-            limit = search_limit(executor, compiler, held_jobs, args.search_budget,
-                                 args.seed, spec)
+            # the limit starts from the trained policy best on validation (never the
+            # held-out modules): search never ends above its start, so it bounds that policy
+            chosen = min(runs, key=lambda n: runs[n].best_validation_change) if runs else None
+            start = policies[chosen] if chosen is not None else HeuristicPolicy()
+            sample = search_sample(held_names, args.search_modules, args.seed, k)
+            limit = search_limit(executor, compiler, corpus_jobs(corpus, sample),
+                                 args.search_budget, args.seed, spec, start,
+                                 fold_dir / "search")
+            if limit is not None:
+                limit["start"] = chosen or "default"
             entry["search_limit"] = (None if limit is None
                                      else {k2: v for k2, v in limit.items() if k2 != "best"})
             baselines: dict[str, int] = {}
