@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Machine-learning-guided compiler optimization with a stock clang in the loop: "
             "build a corpus, train an inlining-for-size policy, evaluate it against -Oz "
-            "in real .text bytes, and ship it."
+            "in the bytes real objects ship, and ship it."
         ),
     )
     parser.add_argument("--version", action="version", version=f"pymlgo {__version__}")

@@ -82,7 +82,7 @@ def format_summary(summary: TraceSummary) -> str:
     if base:
         pol = sum(r.policy_bytes or 0 for r in traced)
         change = (pol / base - 1) * 100
-        lines.append(f".text: -Oz {base} bytes, policy {pol} bytes ({change:+.2f}%)")
+        lines.append(f"{summary.size_metric} bytes: -Oz {base}, policy {pol} ({change:+.2f}%)")
     lines += [f"failed: {r.module}: {(r.error or '')[:160]}" for r in summary.rows if r.error]
     return "\n".join(lines)
 
