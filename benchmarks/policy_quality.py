@@ -56,9 +56,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pymlgo.cli.common import resolve_corpus
-from pymlgo.corpus.command import format_cmd
-from pymlgo.corpus.format import Corpus, CorpusError, load_corpus, write_corpus_description
+from pymlgo.cli.common import ALLOW_FLAGS_ENV
+from pymlgo.corpus.format import Corpus, CorpusError
+from pymlgo.corpus.snapshot import snapshot_corpora
 from pymlgo.evaluate.eval import EvalReport, corpus_jobs, evaluate
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.store import load_policy_dir
@@ -81,43 +81,6 @@ def default_corpora() -> list[str]:
     half-built package must not take the others down)."""
     subs = sorted(d for d in DEBIAN.glob("*") if (d / "corpus_description.json").is_file())
     return ["demo", *(f"{d.name}={d}" for d in subs)]
-
-
-def snapshot(corpora: Sequence[str], root: Path, skipped: dict[str, str]) -> Corpus:
-    """One corpus at `root` with a copy of every module of `corpora` (the Debian corpora
-    grow while other jobs build them: a copy keeps this run's data fixed). Module names
-    are kept, so each one's package is its first path component; a name given twice is an
-    error rather than a silent overwrite. `PREFIX=DIR` puts DIR's modules under PREFIX/;
-    a corpus that does not load is left out and noted in `skipped`."""
-    if (root / "corpus_description.json").is_file():
-        return load_corpus(root)  # a rerun on the same output dir keeps its snapshot
-    staging = root.with_name(root.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    names: list[str] = []
-    for spec in corpora:
-        prefix, _, path = spec.rpartition("=")
-        try:
-            corpus = resolve_corpus(path)
-        except CorpusError as exc:
-            skipped[spec] = str(exc)[:300]
-            print(f"policy_quality: skipping {spec}: {str(exc)[:200]}", file=sys.stderr)
-            continue
-        if corpus.global_command_override or corpus.has_thinlto:
-            raise SystemExit(f"{spec}: corpora with a command override or ThinLTO are not "
-                             "supported here")
-        for m in corpus.modules:
-            name = f"{prefix}/{m.name}" if prefix else m.name
-            dest = staging / name
-            bc, cmd = Path(f"{dest}.bc"), Path(f"{dest}.cmd")  # names may end in .c
-            if bc.exists():
-                raise SystemExit(f"module {name} appears in two corpora")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(m.bc_path, bc)
-            cmd.write_bytes(format_cmd(m.cmd))
-            names.append(name)
-    write_corpus_description(staging, names)
-    os.rename(staging, root)
-    return load_corpus(root)
 
 
 def quality_config(algo: str, seed: int, minutes: float, heldout: float,
@@ -262,8 +225,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     out: Path = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
     corpora = args.corpus or default_corpora()
-    skipped: dict[str, str] = {}
-    corpus = snapshot(corpora, out / "corpus", skipped)
+    try:
+        frozen = snapshot_corpora(corpora, out / "corpus",
+                                  allow_flags=os.environ.get(ALLOW_FLAGS_ENV, "").split())
+    except CorpusError as exc:
+        raise SystemExit(f"policy_quality: {exc}") from exc
+    for spec, why in frozen.skipped.items():
+        print(f"policy_quality: skipped {spec}: {why[:200]}", file=sys.stderr)
+    corpus, skipped = frozen.corpus, frozen.skipped
     if args.folds > 1:
         return kfold(args, algos, tails, corpus, corpora, skipped, argv)
     compiler = find_compiler(None)

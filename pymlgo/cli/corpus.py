@@ -42,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_extract(sub)
     _add_make(sub)
     _add_combine(sub)
+    _add_snapshot(sub)
     _add_demo(sub)
     _add_debian(sub)
     _add_info(sub)
@@ -129,6 +130,25 @@ def _add_combine(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     p.add_argument("--root_dir", required=True, metavar="R", help="directory of sub-corpora")
     p.set_defaults(func=run_combine)
+
+
+def _add_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "snapshot",
+        help="freeze several corpora into one (e.g. the demo corpus and the Debian corpus)",
+        description=(
+            "Link (or copy) every module of each SOURCE into one corpus at --output_dir, "
+            "keeping module names (a module's package is the first part of its name), so a "
+            "training run sees fixed data while its sources may still grow. A SOURCE is "
+            "DIR, PREFIX=DIR (its modules under PREFIX/) or `demo`. A source that does not "
+            "load is reported and left out; a module name given twice is an error. An "
+            "existing snapshot is kept as it is. Example: mlgo corpus snapshot --output_dir "
+            "corpora/broad demo ~/.cache/pymlgo/corpora/debian"
+        ),
+    )
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="[PREFIX=]DIR or demo")
+    p.add_argument("--output_dir", required=True, metavar="D", help="the snapshot to write")
+    p.set_defaults(func=run_snapshot)
 
 
 def _add_capture(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -321,6 +341,27 @@ def run_combine(args: argparse.Namespace) -> int:
         return 0
 
     return _guarded("combine", body)
+
+
+def run_snapshot(args: argparse.Namespace) -> int:
+    from pymlgo.cli.common import ALLOW_FLAGS_ENV
+    from pymlgo.corpus.snapshot import snapshot_corpora
+
+    def body() -> int:
+        import os
+
+        out = Path(args.output_dir)
+        existed = (out / "corpus_description.json").is_file()
+        snap = snapshot_corpora(args.sources, out,
+                                allow_flags=os.environ.get(ALLOW_FLAGS_ENV, "").split())
+        for spec, why in snap.skipped.items():
+            print(f"mlgo corpus snapshot: left out {spec}: {why}", file=sys.stderr)
+        verb = "kept the existing snapshot of" if existed else "froze"
+        print(f"{verb} {len(snap.corpus)} module(s) in {len(snap.corpus.packages)} "
+              f"package(s) at {out.absolute()}", file=sys.stderr)
+        return 0
+
+    return _guarded("snapshot", body)
 
 
 def _build_command(raw: Sequence[str]) -> list[str]:
