@@ -58,6 +58,18 @@ def install_policy(source: Path, dest: Path) -> None:
         raise
 
 
+def training_corpus(sources: Sequence[str], output_dir: Path) -> str:
+    """The one corpus to train on: the source itself, or a snapshot of several."""
+    if len(sources) == 1:
+        return sources[0]
+    from pymlgo.corpus.snapshot import snapshot_corpora
+
+    snap = snapshot_corpora(sources, output_dir / "corpus")
+    for spec, why in snap.skipped.items():
+        print(f"pretrained: left out {spec}: {why[:200]}", file=sys.stderr)
+    return str(output_dir / "corpus")
+
+
 def train_command(config: Path, corpus: str, train_dir: Path, workers: int | None) -> list[str]:
     """The `mlgo train` arguments this regeneration runs (also what the README shows)."""
     argv = ["train", "--config", str(config), "--corpus", corpus, "--output_dir", str(train_dir),
@@ -104,7 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    metavar="DIR", help="run directory (DIR/train is the `mlgo train` output)")
     p.add_argument("--config", type=Path, default=None,
                    help=f"training config (default: {CONFIG_NAME} of this checkout)")
-    p.add_argument("--corpus", default="demo", help="corpus (default: demo)")
+    p.add_argument("--corpus", action="append", default=None, metavar="[PREFIX=]DIR|demo",
+                   help="corpus (default: demo); given more than once, the corpora are frozen "
+                   "into one with `mlgo corpus snapshot` at DIR/corpus first (kept for reruns)")
     p.add_argument("--install-to", dest="install_to", type=Path, default=None, metavar="DIR",
                    help=f"where the policy goes (default: the package's pretrained/{NAME})")
     p.add_argument("--no-eval", dest="evaluate", action="store_false",
@@ -119,15 +133,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not config.is_file():
         print(f"pretrained: config {config} not found (pass --config)", file=sys.stderr)
         return 2
+    corpus = training_corpus(args.corpus or ["demo"], args.output_dir)
     train_dir = args.output_dir / "train"
-    rc = mlgo(train_command(config, args.corpus, train_dir, args.workers))
+    rc = mlgo(train_command(config, corpus, train_dir, args.workers))
     if rc != 0:
         return rc
     dest = args.install_to or pretrained_root() / NAME
     install_policy(train_dir / "best", dest)
     print(f"installed {train_dir / 'best'} -> {dest}")
     if args.evaluate:
-        numbers = evaluate_split(config, args.corpus, dest, args.workers)
+        numbers = evaluate_split(config, corpus, dest, args.workers)
         text = json.dumps(numbers, indent=2) + "\n"
         (args.output_dir / NUMBERS_FILE).write_text(text)
         print(text, end="")
