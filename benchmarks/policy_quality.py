@@ -70,6 +70,7 @@ from pymlgo.train.config import TrainConfig, make_config
 from pymlgo.train.trainer import SETUP_FILE, RunOptions, train
 from pymlgo.workers import WorkSpec, make_executor
 
+ALGOS = ("es", "ppo", "dqn", "il")  # what --algos trains (each from the bc warm start)
 TARGET_HELDOUT = -0.03  # total held-out .text change vs -Oz
 TARGET_TRAIN = -0.05
 TARGET_WORST_PACKAGE = 0.005  # no held-out package worse than this
@@ -100,6 +101,8 @@ def quality_config(algo: str, seed: int, minutes: float, heldout: float,
         es={"population": 6, "sigma": 0.05, "learning_rate": 0.02,
             "modules_per_iteration": 16},
         ppo={"modules_per_iteration": 12, "samples_per_module": 4, "entropy_coef": 0.001},
+        # a few minutes per fold: search a sample of modules every iteration, not all
+        il={"budget": 8, "modules_per_iteration": 24},
     )
     return make_config(**_merged(values, overrides or {}))
 
@@ -117,7 +120,7 @@ def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def load_variants(path: Path) -> dict[str, dict[str, Any]]:
     """Named training variants from a TOML file: each table is one variant, its `algo`
-    (es, ppo, dqn) plus any `mlgo train` config keys that differ from `quality_config`'s,
+    (es, ppo, dqn, il) plus any `mlgo train` config keys that differ from `quality_config`'s,
     for example a feature set:
 
         [ppo-local]
@@ -132,9 +135,9 @@ def load_variants(path: Path) -> dict[str, dict[str, Any]]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise SystemExit(f"--variants {path}: {exc}") from exc
     for name, table in data.items():
-        if not isinstance(table, dict) or table.get("algo") not in ("es", "ppo", "dqn"):
-            raise SystemExit(f"--variants {path}: [{name}] needs algo = \"es\", \"ppo\" or "
-                             "\"dqn\"")
+        if not isinstance(table, dict) or table.get("algo") not in ALGOS:
+            raise SystemExit(f"--variants {path}: [{name}] needs algo = one of "
+                             f"{', '.join(ALGOS)}")
         if ":" in name or "," in name:
             raise SystemExit(f"--variants {path}: variant name {name!r} may not hold : or ,")
     return data
@@ -180,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--heldout", type=float, default=0.25,
                     help="fraction of modules in held-out packages (default 0.25)")
     ap.add_argument("--algos", default="es,ppo",
-                    help="comma-separated ALGO[:WEIGHTING], ALGO in es, ppo, dqn, WEIGHTING "
+                    help="comma-separated ALGO[:WEIGHTING], ALGO in es, ppo, dqn, il, WEIGHTING "
                     "in module, bytes (reward_weighting; default es,ppo)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--folds", type=int, default=1,
@@ -214,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     algos = [a for a in args.algos.split(",") if a]
     if (not algos or any(not _valid_algo(a, variants) for a in algos)
             or len(set(algos)) < len(algos)):
-        ap.error("--algos: a comma-separated list of es, ppo, dqn, each optionally with "
+        ap.error("--algos: a comma-separated list of es, ppo, dqn, il, each optionally with "
                  ":module or :bytes, or variant names from --variants, each once")
     if args.folds < 1:
         ap.error("--folds must be >= 1")
@@ -322,7 +325,7 @@ Variants = Mapping[str, Mapping[str, Any]]  # --variants: name -> its table
 
 def _valid_algo(spec: str, variants: Variants) -> bool:
     algo, _, weighting = spec.partition(":")
-    return (algo in ("es", "ppo", "dqn") or algo in variants) and weighting in (
+    return (algo in ALGOS or algo in variants) and weighting in (
         "", "module", "bytes")
 
 
