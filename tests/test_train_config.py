@@ -162,3 +162,16 @@ def test_unused_new_keys_leave_the_saved_config_as_it_was():
     assert make_config(warmstart="pretrained:x").provenance()["policy"]["hidden"] is None
     assert make_config(vocab="v").provenance()["policy"]["quantiles"] is None
     assert to_dict(make_config(vocab="v"))["vocab"] == "v"
+
+
+def test_held_out_packages_can_be_named_and_validation_drawn_as_whole_packages():
+    from pymlgo.train.config import ConfigError, make_config, to_dict
+
+    cfg = make_config(algo="es", split={"by": "package", "heldout_packages": ["zlib", "re2"],
+                                        "validation_by": "package"})
+    assert cfg.split.heldout_packages == ("zlib", "re2")
+    assert to_dict(cfg)["split"]["heldout_packages"] == ["zlib", "re2"]
+    # at their defaults the keys stay out of a saved policy's provenance
+    assert "heldout_packages" not in to_dict(make_config(algo="es"))["split"]
+    with pytest.raises(ConfigError, match='split.by = "package"'):
+        make_config(algo="es", split={"heldout_packages": ["zlib"]})

@@ -64,6 +64,16 @@ class SplitConfig:
     by: Literal["module", "package"] = "module"
     validation: float = 0.15  # fraction of modules (or packages) used to pick the best policy
     heldout: float = 0.2  # never seen in training; `mlgo demo` and benchmarks report on it
+    # by = "package" only: the held-out packages by name (instead of a seeded `heldout`
+    # fraction), and validation as whole packages ("package") or sampled modules ("module")
+    heldout_packages: tuple[str, ...] | None = None
+    validation_by: Literal["module", "package"] = "module"
+
+    def __post_init__(self) -> None:
+        if self.by != "package" and (self.heldout_packages is not None
+                                     or self.validation_by != "module"):
+            raise ConfigError("split.heldout_packages and split.validation_by need "
+                              'split.by = "package"')
 
 
 @dataclass(frozen=True)
@@ -361,7 +371,15 @@ def to_dict(cfg: Any) -> dict[str, Any]:
         for key, default in _omitted_at_default().items():
             if d.get(key) == default:
                 del d[key]
+        for key, default in _SPLIT_OMITTED_AT_DEFAULT.items():
+            if d["split"].get(key) == default:
+                del d["split"][key]
     return d
+
+
+# split keys added after policies were published, left out at their default (as above)
+_SPLIT_OMITTED_AT_DEFAULT: dict[str, Any] = {"heldout_packages": None,
+                                             "validation_by": "module"}
 
 
 def _omitted_at_default() -> dict[str, Any]:

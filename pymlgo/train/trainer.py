@@ -260,7 +260,8 @@ def make_split(config: TrainConfig, corpus: Corpus) -> Split:
     s = config.split
     if s.by == "package":
         return split_by_package(corpus, seed=config.seed, validation=s.validation,
-                                heldout=s.heldout)
+                                heldout=s.heldout, heldout_packages=s.heldout_packages,
+                                validation_by=s.validation_by)
     return split_by_module(corpus, seed=config.seed, validation=s.validation,
                            heldout=s.heldout)
 
