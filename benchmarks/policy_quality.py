@@ -51,7 +51,7 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -495,6 +495,22 @@ def search_limit(executor: Any, compiler: Compiler, jobs: Sequence[CompileJob],
     return totals
 
 
+def best_known(limit: dict[str, Any], reports: Iterable[EvalReport]) -> dict[str, Any]:
+    """`limit` (a search result) with each searched module's best bytes lowered to the
+    smallest any evaluated policy reached on it, and its totals recomputed: a policy's share
+    of the limit is then at most 1."""
+    best = dict(limit["best"])
+    for rep in reports:
+        for m in rep.ok_modules:
+            if m.name in best and m.policy_bytes is not None and best[m.name] is not None:
+                best[m.name] = min(best[m.name], m.policy_bytes)
+    base = limit["baseline_bytes"]
+    known = sum(b for b in best.values() if b is not None)
+    return limit | {"best": best, "search_best_bytes": limit["best_bytes"],
+                    "search_change": limit["change"], "best_bytes": known,
+                    "saved_bytes": base - known, "change": known / base - 1.0 if base else 0.0}
+
+
 def _share_of_search(report: EvalReport, limit: Mapping[str, Any] | None) -> float | None:
     """Bytes a policy saves over the bytes search saves, on the modules both measured."""
     if not limit:
@@ -605,18 +621,6 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                 "train_packages": sorted(train_corpus.packages),
                 "train_modules": len(train_corpus), "setup_minutes": setup_minutes,
                 "policies": {}}
-            # the limit starts from the trained policy best on validation (never the
-            # held-out modules): search never ends above its start, so it bounds that policy
-            chosen = min(runs, key=lambda n: runs[n].best_validation_change) if runs else None
-            start = policies[chosen] if chosen is not None else HeuristicPolicy()
-            sample = search_sample(held_names, args.search_modules, args.seed, k)
-            limit = search_limit(executor, compiler, corpus_jobs(corpus, sample),
-                                 args.search_budget, args.seed, spec, start,
-                                 fold_dir / "search")
-            if limit is not None:
-                limit["start"] = chosen or "default"
-            entry["search_limit"] = (None if limit is None
-                                     else {k2: v for k2, v in limit.items() if k2 != "best"})
             baselines: dict[str, int] = {}
             for label, policy in policies.items():
                 for tail in tails:
@@ -632,13 +636,28 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                                  if m.baseline_bytes is not None}
                     reports.setdefault(shown, []).append(rep)
                     fold_reports[shown] = rep
-                    e = _heldout_entry(rep, limit)
-                    res = runs.get(label)
-                    if res is not None:
-                        e |= {"training_minutes": res.minutes, "iterations": res.iterations,
-                              "best_iteration": res.best_iteration,
-                              "best_validation_change": res.best_validation_change}
-                    entry["policies"][shown] = e
+            # The search starts from the trained policy best on validation (never chosen by
+            # held-out bytes) and never ends above it; the limit per module is the smallest
+            # object known for it: search's, or any evaluated policy's.
+            chosen = min(runs, key=lambda n: runs[n].best_validation_change) if runs else None
+            start = policies[chosen] if chosen is not None else HeuristicPolicy()
+            sample = search_sample(held_names, args.search_modules, args.seed, k)
+            limit = search_limit(executor, compiler, corpus_jobs(corpus, sample),
+                                 args.search_budget, args.seed, spec, start,
+                                 fold_dir / "search")
+            if limit is not None:
+                limit["start"] = chosen or "default"
+                limit = best_known(limit, fold_reports.values())
+            entry["search_limit"] = (None if limit is None
+                                     else {k2: v for k2, v in limit.items() if k2 != "best"})
+            for shown, rep in fold_reports.items():
+                e = _heldout_entry(rep, limit)
+                res = runs.get(shown.split("+")[0])
+                if res is not None:
+                    e |= {"training_minutes": res.minutes, "iterations": res.iterations,
+                          "best_iteration": res.best_iteration,
+                          "best_validation_change": res.best_validation_change}
+                entry["policies"][shown] = e
             if warm is not None:
                 entry["out_of_range"] = out_of_range(executor, held_jobs, warm.vocab, baselines,
                                                      traces=traces)
