@@ -39,12 +39,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pymlgo.deploy import cc_server
+from pymlgo.deploy.answer import ServeStats, serve_sessions
 
 POLICY_ENV, LOG_ENV, TIMEOUT_ENV = "MLGO_POLICY", "MLGO_CC_LOG", "MLGO_CC_TIMEOUT"
 DEFAULT_POLICY = "pretrained:inlining-oz"
@@ -239,15 +239,6 @@ def reference_command(inv: Invocation, driver: Sequence[str]) -> list[str]:
     return [*driver, *inv.compiler_args, *extra]
 
 
-@dataclass
-class ServeStats:
-    sessions: int = 0
-    decisions: int = 0
-    inlined: int = 0
-    served_by: str = "process"  # or "server": mlgo cc's policy server (cc_server)
-    counted: bool = True  # False: a server answered but its counts were lost
-
-
 def _serve(base: Path, proc: subprocess.Popen[bytes], policy_spec: str, module: str,
            timeout: float) -> ServeStats:
     """Load the policy in this process and answer every channel session of `proc`."""
@@ -256,51 +247,6 @@ def _serve(base: Path, proc: subprocess.Popen[bytes], policy_spec: str, module: 
 
     return serve_sessions(base, load_policy(policy_spec), module, timeout,
                           alive=lambda: proc.poll() is None)
-
-
-def serve_sessions(base: Path, policy: Any, module: str, timeout: float,
-                   alive: Callable[[], bool]) -> ServeStats:
-    """Answer every channel session at `base` with `policy` until `alive()` turns False
-    (the compiler exited): one driver command may run cc1 once per source."""
-    from pymlgo.protocol.channel import ChannelError, serve_channel
-
-    required = policy.required_features
-    stats = ServeStats()
-    stale = 0
-    while True:
-        try:
-            session = serve_channel(base, _advisor(policy.for_module(module), required, stats),
-                                    timeout=timeout, compiler_alive=alive)
-        except ChannelError as exc:
-            if not alive():
-                return stats  # the compiler is done (no more cc1 runs, or a cached build)
-            # cc1 may still hold the read end from the session that just ended when we
-            # reopen it: that looks like a session without a header. Retry a while.
-            if "without sending a header" in str(exc) and stale < 2000:
-                stale += 1
-                time.sleep(0.005)
-                continue
-            raise
-        stale = 0
-        stats.sessions += 1
-        stats.decisions += len(session.decisions)
-
-
-def _advisor(decide: Any, required: Sequence[str], stats: ServeStats) -> Any:
-    """The channel callback for one session: features by name -> the policy's decision."""
-    from pymlgo.protocol.features import select_features
-
-    indices: list[int] | None = None
-
-    def advise(context: str, obs: Any, header: Any) -> int:
-        nonlocal indices
-        if indices is None:  # the header is fixed for the session
-            indices = select_features(header.features, required)
-        value = int(decide({header.features[i].name: obs.tensors[i] for i in indices}))
-        stats.inlined += value != 0
-        return value
-
-    return advise
 
 
 def object_path(inv: Invocation) -> str | None:

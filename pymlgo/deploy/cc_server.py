@@ -333,7 +333,7 @@ def _bind(path: Path) -> socket.socket | None:
 
 def run_server(spec: str, path: Path, idle: float) -> int:
     """Load `spec`, then serve compiles on `path` until `idle` seconds pass without any."""
-    from pymlgo.deploy.cc import serve_sessions
+    from pymlgo.deploy.answer import serve_sessions
     from pymlgo.policy.store import load_policy
 
     policy = load_policy(spec)  # fails before binding: clients then serve themselves
