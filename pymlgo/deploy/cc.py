@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pymlgo.deploy import cc_server
+from pymlgo.deploy import cc_server, guard
 from pymlgo.deploy.answer import ServeStats, serve_sessions
 
 POLICY_ENV, LOG_ENV, TIMEOUT_ENV = "MLGO_POLICY", "MLGO_CC_LOG", "MLGO_CC_TIMEOUT"
@@ -54,6 +54,8 @@ SIZE_LEVELS = ("-Oz", "-Os")
 SIZE_INCREASE_THRESHOLD = 10
 DEFAULT_FEATURE = "inlining_default"  # = problems.inlining.policies.DEFAULT_FEATURE
 DEFAULT_TIMEOUT_S = 24 * 3600.0  # per session; a dead compiler is noticed at once anyway
+# = toolchain.size.SIZE_METRICS (a test checks it): no ELF reader imported to parse flags
+GUARD_METRICS = ("allocated", "text", "llvm-size")
 
 SOURCE_SUFFIXES = frozenset(
     {".c", ".i", ".cc", ".cp", ".cpp", ".cxx", ".c++", ".C", ".CC", ".CPP", ".ii",
@@ -92,6 +94,9 @@ class Invocation:
     sources: tuple[str, ...]
     codegen: bool  # False when an option stops before code generation (-E, -M, ...)
     env: dict[str, str] = field(default_factory=dict, compare=False)
+    source_at: tuple[int, ...] = ()  # where the sources are in compiler_args
+    guard: bool = False  # --mlgo-guard / $MLGO_GUARD: keep the smaller of policy and plain
+    guard_metric: str = "allocated"  # --mlgo-guard-metric / $MLGO_GUARD_METRIC
 
     @property
     def uses_policy(self) -> bool:
@@ -107,30 +112,39 @@ def _opt_level(arg: str) -> str | None:
 
 
 def parse_args(tool: str, argv: Sequence[str], env: dict[str, str]) -> Invocation:
-    """Split mlgo's own options (`--mlgo-policy`, `--clang`) from the compiler's."""
+    """Split mlgo's own options (`--mlgo-policy`, `--clang`, `--mlgo-guard`,
+    `--mlgo-guard-metric`) from the compiler's."""
     policy = env.get(POLICY_ENV) or DEFAULT_POLICY
     clang = env.get("MLGO_CLANG") or None
+    try:
+        guarded = guard.enabled(env.get(guard.GUARD_ENV))
+    except ValueError as exc:
+        raise CCError(str(exc)) from None
+    metric = env.get(guard.METRIC_ENV) or "allocated"
     args: list[str] = []
     level: str | None = None
     sources: list[str] = []
+    source_at: list[int] = []
     codegen = True
     language_given = False
     it = iter(argv)
     for arg in it:
-        if arg in ("--mlgo-policy", "--clang"):
+        if arg == "--mlgo-guard":
+            guarded = True
+            continue
+        if arg in ("--mlgo-policy", "--clang", "--mlgo-guard-metric"):
             value = next(it, None)
             if value is None:
                 raise CCError(f"{arg} needs a value")
-            if arg == "--mlgo-policy":
-                policy = value
-            else:
-                clang = value
-            continue
+            arg = f"{arg}={value}"
         if arg.startswith("--mlgo-policy="):
             policy = arg.split("=", 1)[1]
             continue
         if arg.startswith("--clang="):
             clang = arg.split("=", 1)[1]
+            continue
+        if arg.startswith("--mlgo-guard-metric="):
+            metric = arg.split("=", 1)[1]
             continue
         args.append(arg)
         if arg in _TAKES_VALUE:
@@ -148,7 +162,12 @@ def parse_args(tool: str, argv: Sequence[str], env: dict[str, str]) -> Invocatio
             level = lvl
         elif _is_source(arg, language_given):
             sources.append(arg)
-    return Invocation(tool, tuple(args), policy, clang, level, tuple(sources), codegen, env)
+            source_at.append(len(args) - 1)
+    if guarded and metric not in GUARD_METRICS:
+        raise CCError(f"unknown size metric {metric!r} for the guard: expected one of "
+                      f"{', '.join(GUARD_METRICS)}")
+    return Invocation(tool, tuple(args), policy, clang, level, tuple(sources), codegen, env,
+                      tuple(source_at), guarded, metric)
 
 
 def _is_source(arg: str, language_given: bool) -> bool:
@@ -225,18 +244,22 @@ def policy_reads_default(spec: str) -> bool:
         return True  # loading the policy will say what is wrong with it
 
 
+def level_args(inv: Invocation) -> list[str]:
+    """What the bundled driver needs to run cc1 at the level asked for (zig cc alone runs
+    cc1 at -Os for -Oz); nothing for another clang."""
+    return ["-Xclang", "-Oz"] if inv.clang is None and inv.opt_level == "-Oz" else []
+
+
 def policy_command(inv: Invocation, driver: Sequence[str], base: Path) -> list[str]:
     """The full compiler command when the policy answers the inliner."""
-    extra = ["-Xclang", "-Oz"] if inv.clang is None and inv.opt_level == "-Oz" else []
     channel = channel_args(base, include_default=policy_reads_default(inv.policy))
-    return [*driver, *inv.compiler_args, *extra, *channel]
+    return [*driver, *inv.compiler_args, *level_args(inv), *channel]
 
 
 def reference_command(inv: Invocation, driver: Sequence[str]) -> list[str]:
     """What `mlgo cc` with policy `default` must equal byte for byte: the same command
     at the same cc1 level, without the channel."""
-    extra = ["-Xclang", "-Oz"] if inv.clang is None and inv.opt_level == "-Oz" else []
-    return [*driver, *inv.compiler_args, *extra]
+    return [*driver, *inv.compiler_args, *level_args(inv)]
 
 
 def _serve(base: Path, proc: subprocess.Popen[bytes], policy_spec: str, module: str,
@@ -280,7 +303,8 @@ def _object_record(inv: Invocation) -> dict[str, object]:
     return {"object": path, "object_bytes": {**sizes.groups(), **sizes.metrics()}}
 
 
-def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: float) -> None:
+def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: float,
+         guarded: dict[str, object] | None = None) -> None:
     path = inv.env.get(LOG_ENV)
     if not path:
         return
@@ -292,6 +316,8 @@ def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: fl
            "decisions": (stats.decisions if stats else 0) if counted else None,
            "inlined": (stats.inlined if stats else 0) if counted else None,
            "returncode": returncode, "seconds": round(seconds, 4)}
+    if guarded is not None:
+        rec["guard"] = guarded
     if returncode == 0:
         rec.update(_object_record(inv))
     # One short O_APPEND write per line: parallel make jobs do not interleave lines.
@@ -316,11 +342,17 @@ def run(inv: Invocation) -> int:
         signal.signal(sig, _exit_on_signal)
     tmp = Path(tempfile.mkdtemp(prefix="mlgo-cc-"))
     proc: subprocess.Popen[bytes] | None = None
+    plain: guard.PlainCompiles | None = None
     try:
         base = tmp / "channel"
         os.mkfifo(f"{base}.in", 0o600)
         os.mkfifo(f"{base}.out", 0o600)
         command = policy_command(inv, driver, base)
+        plan = _guard_plan(inv, driver, tmp) if inv.guard else None
+        if isinstance(plan, guard.Plan):
+            plain = guard.PlainCompiles(plan.commands, guard.plain_env(env))
+            if guard.parallel():
+                plain.start()
         # Its own process group: zig's driver runs clang as a child, which must die with
         # it if the policy fails (it would otherwise wait forever to open the channel).
         proc = subprocess.Popen(command, env=env, start_new_session=True)
@@ -339,12 +371,44 @@ def run(inv: Invocation) -> int:
                 _kill(proc)
                 raise CCError(f"the policy could not answer the compiler: {exc}") from exc
         returncode = proc.wait()
-        _log(inv, stats, returncode, time.monotonic() - started)
+        guarded = _guard_outcome(inv, plan, plain, returncode)
+        _log(inv, stats, returncode, time.monotonic() - started, guarded)
         return returncode
     finally:
         if proc is not None and proc.returncode is None:
             _kill(proc)
+        if plain is not None:
+            plain.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _guard_plan(inv: Invocation, driver: Sequence[str], tmp: Path) -> guard.Plan | str:
+    scratch = tmp / "plain"
+    scratch.mkdir()
+    # zig's driver merges the objects of a multi-source -c command into one (ld -r)
+    return guard.plan(driver, inv.compiler_args, level_args(inv), inv.source_at,
+                      merged=inv.clang is None, scratch=scratch)
+
+
+def _guard_outcome(inv: Invocation, plan: guard.Plan | str | None,
+                   plain: guard.PlainCompiles | None, returncode: int) -> dict[str, object] | None:
+    """Finish the guard once the policy compile is done: keep the smaller objects; what
+    happened, for the log."""
+    if plan is None:
+        return None
+    if isinstance(plan, str) or plain is None:
+        return {"applied": False, "reason": plan}
+    if returncode != 0:  # the user sees the policy compile's own error; nothing to weigh
+        plain.kill()
+        return {"applied": False, "reason": "the policy compile failed"}
+    failure = plain.wait()
+    if failure is not None:
+        code, output = failure
+        return {"applied": False, "kept": "policy",
+                "reason": f"the plain compile failed with exit code {code}",
+                "plain_output": output}
+    return {"applied": True, "metric": inv.guard_metric,
+            "objects": guard.keep_smaller(plan, inv.guard_metric)}
 
 
 def _use_server(env: dict[str, str]) -> bool:
@@ -385,7 +449,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 USAGE = """\
-usage: mlgo cc|c++ [--mlgo-policy P] [--clang PATH] COMPILER-ARGS...
+usage: mlgo cc|c++ [--mlgo-policy P] [--clang PATH] [--mlgo-guard] COMPILER-ARGS...
 
 A drop-in C/C++ compiler: CC="mlgo cc" CXX="mlgo c++" make. Compiles with the bundled clang
 (zig cc / zig c++) or --clang PATH ($MLGO_CLANG). When a command compiles sources at -Oz or
@@ -395,6 +459,11 @@ interactive channel; every other command runs unchanged.
   --mlgo-policy P  default, never, always, random:P[:SEED], pretrained:NAME or a saved
                    policy directory ($MLGO_POLICY; default: pretrained:inlining-oz)
   --clang PATH     a clang >= 17 instead of the bundled one ($MLGO_CLANG)
+  --mlgo-guard     ($MLGO_GUARD=1) also compile each policy compile plainly (no policy, same
+                   flags) and keep the smaller object, so no object is ever larger than
+                   plain -Oz/-Os; a tie keeps the plain one. Applies to -c compiles.
+  --mlgo-guard-metric M  what "smaller" counts ($MLGO_GUARD_METRIC): allocated (default:
+                   every allocated section with contents), text, llvm-size
 
 The first compile that needs a policy starts a policy server for it (a background
 process that loads the policy once and answers the compiles of the whole build; it exits
@@ -402,8 +471,9 @@ after MLGO_CC_SERVER_IDLE seconds without work, default 60). MLGO_CC_SERVER=0 ma
 compile load the policy itself instead (slower; the objects are the same).
 
 Environment: MLGO_CC_LOG=FILE appends one JSON line per command (decisions served, by
-whom, exit code); MLGO_CC_TIMEOUT=S bounds one channel session (default: 86400);
-MLGO_RUNTIME_DIR holds the servers' sockets (default: $XDG_RUNTIME_DIR/pymlgo).
+whom, exit code, the guard's choice and both sizes); MLGO_CC_TIMEOUT=S bounds one channel
+session (default: 86400); MLGO_RUNTIME_DIR holds the servers' sockets (default:
+$XDG_RUNTIME_DIR/pymlgo).
 With the bundled driver, -Oz adds -Xclang -Oz: zig cc alone runs cc1 at -Os.
 """
 
