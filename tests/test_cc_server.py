@@ -237,3 +237,22 @@ def test_the_deploy_modules_import_each_other_in_one_direction_only():
                    for n in imports.get(start, ()))
 
     assert [m for m in imports if reaches(m, m, set())] == []
+
+
+def test_a_client_may_ask_whether_the_policy_reads_clangs_own_decision():
+    # The native launcher asks before it starts the compiler (it reads no policy files).
+    from pymlgo.policy.store import load_policy
+    from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
+
+    assert cc_server.DEFAULT_FEATURE == DEFAULT_FEATURE
+    for spec, reads in (("default", True), (POLICY, False)):
+        server_end, client_end = socket.socketpair()
+        handler = threading.Thread(target=cc_server._handle,
+                                   args=(server_end, load_policy(spec), None))
+        handler.start()
+        lines = cc_server._Lines(client_end)
+        client_end.sendall(b'{"flags": true}\n')
+        assert lines.next(10) == {"include_default": reads}
+        client_end.close()  # no compile follows: the handler ends quietly
+        handler.join(10)
+        assert not handler.is_alive()

@@ -16,7 +16,7 @@ class ServeStats:
     sessions: int = 0
     decisions: int = 0
     inlined: int = 0
-    served_by: str = "process"  # or "server": mlgo cc's policy server (cc_server)
+    served_by: str = "process"  # "server": the policy server; "launcher": it, via the launcher
     counted: bool = True  # False: a server answered but its counts were lost
 
 

@@ -5,7 +5,9 @@ with its own libc headers) or with `--clang PATH` / `$MLGO_CLANG`. A command tha
 sources while optimizing for size (the last `-O` flag is `-Oz` or `-Os`) gets the inliner's
 channel flags, and this process answers every inlining decision with the policy
 (`--mlgo-policy P`, `$MLGO_POLICY`, default `pretrained:inlining-oz`). Every other command
-(links, `-O2`, `-E`, `--version`, ...) is exec'ed unchanged, so it costs one Python start.
+(links, `-O2`, `-E`, `--version`, ...) is exec'ed unchanged, so it costs one Python start;
+the native launcher (`launcher.c`, `mlgo cc --mlgo-launcher`) makes the same decisions
+without one, and hands this module whatever it cannot do itself.
 
 Facts this relies on (see DESIGN.md):
 - `zig cc` caches objects keyed on its arguments; a hit runs no clang, so the channel is
@@ -462,6 +464,9 @@ interactive channel; every other command runs unchanged.
   --mlgo-guard     ($MLGO_GUARD=1) also compile each policy compile plainly (no policy, same
                    flags) and keep the smaller object, so no object is ever larger than
                    plain -Oz/-Os; a tie keeps the plain one. Applies to -c compiles.
+  --mlgo-launcher  print the command of the native launcher (built with the bundled zig on
+                   first use): CC="$(mlgo cc --mlgo-launcher)" runs no Python per compile
+                   while a policy server runs (see the README)
   --mlgo-guard-metric M  what "smaller" counts ($MLGO_GUARD_METRIC): allocated (default:
                    every allocated section with contents), text, llvm-size
 
@@ -478,12 +483,43 @@ With the bundled driver, -Oz adds -Xclang -Oz: zig cc alone runs cc1 at -Os.
 """
 
 
+def _print_launcher(tool: str) -> int:
+    """`--mlgo-launcher`: the command a build should use, the native launcher if it can be
+    had (built on first use), else this Python path (saying why)."""
+    from pymlgo.deploy.launcher import command
+
+    cmd, why_not = command(tool)
+    if why_not is not None:
+        print(f"mlgo {tool}: no native launcher ({why_not}); use the Python path",
+              file=sys.stderr)
+    print(shlex.join(cmd))
+    return 0
+
+
+def _launcher_log(tool: str, record: str, argv: Sequence[str]) -> int:
+    """The native launcher's MLGO_CC_LOG line for a compile it had served (it measures no
+    objects itself); exits with the compile's exit code."""
+    done = json.loads(record)
+    inv = parse_args(tool, argv, dict(os.environ))
+    counts = done.get("counts")
+    stats = ServeStats(**{k: int(counts[k]) for k in ("sessions", "decisions", "inlined")},
+                       served_by="launcher") if counts else ServeStats(served_by="launcher",
+                                                                       counted=False)
+    code = int(done["returncode"])
+    _log(inv, stats, code, float(done["seconds"]))
+    return code
+
+
 def main(tool: str, argv: Sequence[str]) -> int:
     if tool not in ("cc", "c++"):
         raise ValueError(f"tool must be cc or c++, not {tool!r}")
     if not argv or list(argv) in (["--help"], ["-h"], ["--mlgo-help"]):
         print(USAGE, end="", file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
+    if list(argv) == ["--mlgo-launcher"]:
+        return _print_launcher(tool)
+    if argv[0] == "--mlgo-launcher-log" and len(argv) > 1:
+        return _launcher_log(tool, argv[1], argv[2:])
     try:
         inv = parse_args(tool, argv, dict(os.environ))
         return run(inv)
