@@ -1,26 +1,34 @@
 """What `mlgo cc` costs on a full real build, and what it saves.
 
 Builds the brotli 1.1.0 command-line tool (32 C files from the pinned PyPI sdist the demo
-corpus uses: c/common, c/dec, c/enc, c/tools/brotli.c) with `make -jJOBS` three ways per
-round:
-- `CC="mlgo cc"` with the policy (default: the shipped `pretrained:inlining-oz`), -Oz; the
-  build starts its own policy server (a fresh runtime dir, the server killed afterwards);
-- the same with `MLGO_CC_SERVER=0`: every compile loads the policy itself;
-- `CC="zig cc"` with `-Oz -Xclang -Oz`: plain clang at -Oz through the same driver (zig's
-  driver alone would run cc1 at -Os; `mlgo cc` adds the same `-Xclang -Oz`).
-Every build gets a fresh `-DPYMLGO_BENCH_RUN=<token>` so zig's object cache never answers
-(it would for the plain build only: mlgo's channel path differs every time). The order
-rotates between rounds. Each binary must compress and decompress a file back to the same
-bytes. Prints JSON: wall times, their ratios (RFC target <= 1.05), the bytes (every size
-metric: allocated, text, llvm-size) of the binaries and of the objects (what the inliner
-changed), decisions served.
+corpus uses: c/common, c/dec, c/enc, c/tools/brotli.c) with `make -jJOBS`, each round every
+way below once, interleaved (the order rotates between rounds):
+- `plain`: `CC="zig cc"` with `-Oz -Xclang -Oz`: plain clang at -Oz through the same driver
+  (zig's driver alone would run cc1 at -Os; `mlgo cc` adds the same `-Xclang -Oz`);
+- `launcher`: `CC="$(mlgo cc --mlgo-launcher)"`, the native launcher, with the policy
+  (default: the shipped `pretrained:inlining-oz`), -Oz;
+- `python`: `CC="mlgo cc"`, the Python path, the same policy;
+- `guard`: `CC="mlgo cc"` with `MLGO_GUARD=1` (every policy compile also compiled plainly,
+  the smaller object kept);
+- `python_without_server` (only with `--without-server`): `MLGO_CC_SERVER=0`.
+Every mlgo build starts its own policy server (a fresh runtime dir, the server killed
+afterwards), as a build on a fresh machine does; timed builds write no MLGO_CC_LOG (with a
+log, the launcher runs Python once per compile to measure the object). Every build gets a
+fresh `-DPYMLGO_BENCH_RUN=<token>` so zig's object cache never answers. After the timed
+rounds, one untimed build per mlgo way with MLGO_CC_LOG checks who served the compiles and
+what the guard kept. Each binary must compress and decompress a file back to the same bytes.
+Prints JSON: wall times, the ratios of medians to plain (issue 19's target for the
+launcher: <= 1.12), whether the launcher's objects and binary are byte-identical to the
+Python path's, the bytes (every size metric) of the binaries and objects, decisions served,
+the load average.
 
-    python benchmarks/cc_overhead.py [--rounds 3] [--jobs 2] [--policy P]
+    python benchmarks/cc_overhead.py [--rounds 3] [--jobs 2] [--policy P] [--without-server]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -34,6 +42,7 @@ from pathlib import Path
 
 from pymlgo.corpus.demo import cache_root, download_sdists
 from pymlgo.deploy.cc_server import stop_servers
+from pymlgo.deploy.launcher import launcher_path
 from pymlgo.toolchain.compiler import bundled_zig, find_compiler
 from pymlgo.toolchain.size import object_size, total
 
@@ -71,7 +80,8 @@ def build(src: Path, cc: str, cflags: str, jobs: int, log: Path | None,
         obj.unlink()
     (src / "brotli").unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items()
-           if k not in ("MLGO_POLICY", "MLGO_CC_LOG", "MLGO_CC_SERVER", "MLGO_RUNTIME_DIR")}
+           if k not in ("MLGO_POLICY", "MLGO_CC_LOG", "MLGO_CC_SERVER", "MLGO_RUNTIME_DIR",
+                        "MLGO_GUARD")}
     env.update(extra_env)
     if log is not None:
         env["MLGO_CC_LOG"] = str(log)
@@ -94,21 +104,48 @@ def objects_bytes(src: Path) -> dict[str, int]:
     return total(object_size(o) for o in sorted(src.rglob("*.o"))).metrics()
 
 
+def object_digests(src: Path) -> dict[str, str]:
+    return {str(o.relative_to(src)): hashlib.sha256(o.read_bytes()).hexdigest()
+            for o in sorted([*src.rglob("*.o"), src / "brotli"])}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=3, help="rounds of three builds (default: 3)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of builds (default: 3)")
     p.add_argument("--jobs", type=int, default=2, help="make -j (default: 2)")
     p.add_argument("--policy", default="pretrained:inlining-oz")
+    p.add_argument("--without-server", action="store_true",
+                   help="also time the Python path with MLGO_CC_SERVER=0")
     args = p.parse_args()
 
     compiler = find_compiler(None)
-    mlgo_cc = shlex.join([*mlgo_command(), "cc", "--mlgo-policy", args.policy])
+    python_cc = shlex.join([*mlgo_command(), "cc", "--mlgo-policy", args.policy])
+    launcher_cc = shlex.join([str(launcher_path("cc")), "--mlgo-policy", args.policy])
     plain_cc = shlex.join([str(bundled_zig()), "cc"])
-    modes = ["mlgo_cc", "plain_clang_oz", "mlgo_cc_without_server"]
+    modes = ["plain", "launcher", "python", "guard"]
+    if args.without_server:
+        modes.append("python_without_server")
     times: dict[str, list[float]] = {m: [] for m in modes}
     sizes: dict[str, dict[str, dict[str, int]]] = {}
-    decisions = served = 0
+    digests: dict[str, dict[str, str]] = {}
+    checks: dict[str, dict[str, object]] = {}
     load_before = os.getloadavg()
+
+    def one_build(src: Path, tmp: Path, which: str, tag: str, log: Path | None) -> float:
+        token = f"-DPYMLGO_BENCH_RUN={time.time_ns()}"
+        runtime = tmp / f"run-{tag}-{which}"
+        env = {"MLGO_RUNTIME_DIR": str(runtime)}
+        if which == "python_without_server":
+            env["MLGO_CC_SERVER"] = "0"
+        if which == "guard":
+            env["MLGO_GUARD"] = "1"
+        cc = {"plain": plain_cc, "launcher": launcher_cc}.get(which, python_cc)
+        cflags = f"-Oz -Xclang -Oz {token}" if which == "plain" else f"-Oz {token}"
+        try:
+            return build(src, cc, cflags, args.jobs, log, env)
+        finally:
+            stop_servers(runtime)
+
     with tempfile.TemporaryDirectory(prefix="pymlgo-cc-bench-") as tmp_s:
         tmp = Path(tmp_s)
         src = unpack_brotli(tmp / "src")
@@ -118,55 +155,53 @@ def main() -> int:
         n_sources = len(list(src.rglob("*.c")))
         for r in range(args.rounds):
             for which in modes[r % len(modes):] + modes[: r % len(modes)]:  # rotate the order
-                token = f"-DPYMLGO_BENCH_RUN={time.time_ns()}"
-                log = tmp / f"cc-{r}-{which}.jsonl" if which != "plain_clang_oz" else None
-                # Every build starts its own policy server, as a build on a fresh machine does.
-                runtime = tmp / f"run-{r}-{which}"
-                env = {"MLGO_RUNTIME_DIR": str(runtime)}
-                if which == "mlgo_cc_without_server":
-                    env["MLGO_CC_SERVER"] = "0"
-                try:
-                    if which == "plain_clang_oz":
-                        secs = build(src, plain_cc, f"-Oz -Xclang -Oz {token}", args.jobs,
-                                     None, env)
-                    else:
-                        secs = build(src, mlgo_cc, f"-Oz {token}", args.jobs, log, env)
-                finally:
-                    stop_servers(runtime)
+                secs = one_build(src, tmp, which, str(r), None)
                 times[which].append(round(secs, 3))
                 if not round_trip_ok(src / "brotli", sample, tmp):
                     raise SystemExit(f"{which}: brotli round trip failed")
                 sizes[which] = {"binary": object_size(src / "brotli").metrics(),
                                 "objects": objects_bytes(src)}
-                if log is not None:
-                    recs = [json.loads(x) for x in log.read_text().splitlines()]
-                    decisions = sum(x["decisions"] or 0 for x in recs)
-                    served = sum(1 for x in recs if x["served"])
-                    by = {x["served_by"] for x in recs if x["served"]}
-                    want = {"process"} if which == "mlgo_cc_without_server" else {"server"}
-                    if by != want:
-                        raise SystemExit(f"{which}: compiles served by {by}, not {want}")
+                digests[which] = object_digests(src)
                 print(f"round {r + 1} {which}: {secs:.1f} s", file=sys.stderr)
+        for which in modes[1:]:  # untimed, logged: who served, what the guard kept
+            log = tmp / f"check-{which}.jsonl"
+            one_build(src, tmp, which, "check", log)
+            if digests[which] != object_digests(src):
+                raise SystemExit(f"{which}: a logged build gave other objects")
+            recs = [json.loads(x) for x in log.read_text().splitlines()]
+            served = [x for x in recs if x["served"]]
+            kept = [o["kept"] for x in served if (x.get("guard") or {}).get("applied")
+                    for o in x["guard"]["objects"]]
+            checks[which] = {
+                "compiles_served": len(served),
+                "served_by": {b: sum(1 for x in served if x["served_by"] == b)
+                              for b in sorted({x["served_by"] for x in served})},
+                "decisions": sum(x["decisions"] or 0 for x in served),
+                **({"guard_kept": {k: kept.count(k) for k in sorted(set(kept))}}
+                   if which == "guard" else {}),
+            }
 
-    ml, pl, alone = times["mlgo_cc"], times["plain_clang_oz"], times["mlgo_cc_without_server"]
+    def ratio(mode: str) -> float:
+        return round(statistics.median(times[mode]) / statistics.median(times["plain"]), 3)
+
     result = {
         "project": f"brotli 1.1.0 CLI, {n_sources} C files, make -j{args.jobs}",
         "compiler": compiler.describe(),
         "policy": args.policy,
         "wall_seconds": times,
-        "ratio_of_medians": round(statistics.median(ml) / statistics.median(pl), 3),
-        "ratio_of_minimums": round(min(ml) / min(pl), 3),
-        "without_server_ratio_of_medians": round(statistics.median(alone)
-                                                 / statistics.median(pl), 3),
-        "target_ratio": 1.05,
+        "launcher_ratio": ratio("launcher"),
+        "python_ratio": ratio("python"),
+        "guard_ratio": ratio("guard"),
+        **({"python_without_server_ratio": ratio("python_without_server")}
+           if args.without_server else {}),
+        "launcher_target_ratio": 1.12,
+        "launcher_objects_identical_to_python": digests["launcher"] == digests["python"],
         "bytes": sizes,  # by size metric: allocated (what ships), text, llvm-size
-        **{f"{metric}_change_{what}": round(sizes["mlgo_cc"][what][metric]
-                                            / sizes["plain_clang_oz"][what][metric] - 1, 5)
-           for metric in ("allocated", "text") for what in ("binary", "objects")},
-        "compiles_served": served,
-        "decisions_per_build": decisions,
-        "same_objects_with_and_without_server": sizes["mlgo_cc"] == sizes[
-            "mlgo_cc_without_server"],
+        **{f"{metric}_change_{what}_{mode}": round(sizes[mode][what][metric]
+                                                   / sizes["plain"][what][metric] - 1, 5)
+           for mode in ("python", "guard") for metric in ("allocated", "text")
+           for what in ("binary", "objects")},
+        "checks": checks,
         "round_trip": "ok (every binary, every round)",
         "load_average_before_after": [round(load_before[0], 2),
                                       round(os.getloadavg()[0], 2)],

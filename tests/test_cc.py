@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pymlgo.deploy import cc
+from pymlgo.deploy.answer import ServeStats
 from pymlgo.policy.store import load_policy, pretrained_root
 from pymlgo.problems.inlining.compile import channel_flags
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
@@ -62,7 +63,7 @@ def log_records(path: Path) -> list[dict]:
 
 
 def serve_compile(cmd: list[str], cwd: Path, base: Path, policy: str,
-                  module: str) -> cc.ServeStats:
+                  module: str) -> ServeStats:
     """Run `cmd` and answer its channel at `base` as `mlgo cc` does; the compiler (and the
     clang zig's driver starts) is killed if serving fails: a compiler whose host went
     away spins forever."""

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from pymlgo.deploy import cc_server
-from pymlgo.deploy.cc import ServeStats, pretrained_dir
+from pymlgo.deploy.answer import ServeStats
+from pymlgo.deploy.cc import pretrained_dir
 from tests.test_cc import MINIC, log_records, mlgo_cc
 from tests.workers_support import is_running, processes_mentioning, wait_until
 
@@ -209,3 +210,49 @@ def test_a_saved_policy_named_by_a_relative_path_is_served(src, tmp_path):
                   env={cc_server.SERVER_ENV: "0"})
     assert res.returncode == 0, res.stderr
     assert (src / "mine.o").read_bytes() == (src / "shipped.o").read_bytes()
+
+
+def test_the_deploy_modules_import_each_other_in_one_direction_only():
+    # mlgo cc starts its server, the server answers as mlgo cc would: the shared part
+    # (answer.py) sits below both, and no import, top-level or deferred, closes a cycle.
+    import ast
+
+    deploy = Path(cc_server.__file__).parent
+    imports: dict[str, set[str]] = {}
+    for path in deploy.glob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                mod = node.module
+                names |= {f"{mod}.{a.name}" if mod == "pymlgo.deploy" else mod
+                          for a in node.names}
+            elif isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+        imports[path.stem] = {n.rsplit(".", 1)[1] for n in names
+                              if n.startswith("pymlgo.deploy.")}
+    assert "cc_server" in imports["cc"] and "answer" in imports["cc_server"]
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n}))
+                   for n in imports.get(start, ()))
+
+    assert [m for m in imports if reaches(m, m, set())] == []
+
+
+def test_a_client_may_ask_whether_the_policy_reads_clangs_own_decision():
+    # The native launcher asks before it starts the compiler (it reads no policy files).
+    from pymlgo.policy.store import load_policy
+    from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
+
+    assert cc_server.DEFAULT_FEATURE == DEFAULT_FEATURE
+    for spec, reads in (("default", True), (POLICY, False)):
+        server_end, client_end = socket.socketpair()
+        handler = threading.Thread(target=cc_server._handle,
+                                   args=(server_end, load_policy(spec), None))
+        handler.start()
+        lines = cc_server._Lines(client_end)
+        client_end.sendall(b'{"flags": true}\n')
+        assert lines.next(10) == {"include_default": reads}
+        client_end.close()  # no compile follows: the handler ends quietly
+        handler.join(10)
+        assert not handler.is_alive()

@@ -5,7 +5,9 @@ with its own libc headers) or with `--clang PATH` / `$MLGO_CLANG`. A command tha
 sources while optimizing for size (the last `-O` flag is `-Oz` or `-Os`) gets the inliner's
 channel flags, and this process answers every inlining decision with the policy
 (`--mlgo-policy P`, `$MLGO_POLICY`, default `pretrained:inlining-oz`). Every other command
-(links, `-O2`, `-E`, `--version`, ...) is exec'ed unchanged, so it costs one Python start.
+(links, `-O2`, `-E`, `--version`, ...) is exec'ed unchanged, so it costs one Python start;
+the native launcher (`launcher.c`, `mlgo cc --mlgo-launcher`) makes the same decisions
+without one, and hands this module whatever it cannot do itself.
 
 Facts this relies on (see DESIGN.md):
 - `zig cc` caches objects keyed on its arguments; a hit runs no clang, so the channel is
@@ -39,12 +41,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from pymlgo.deploy import cc_server
+from pymlgo.deploy import cc_server, guard
+from pymlgo.deploy.answer import ServeStats, serve_sessions
 
 POLICY_ENV, LOG_ENV, TIMEOUT_ENV = "MLGO_POLICY", "MLGO_CC_LOG", "MLGO_CC_TIMEOUT"
 DEFAULT_POLICY = "pretrained:inlining-oz"
@@ -54,6 +56,8 @@ SIZE_LEVELS = ("-Oz", "-Os")
 SIZE_INCREASE_THRESHOLD = 10
 DEFAULT_FEATURE = "inlining_default"  # = problems.inlining.policies.DEFAULT_FEATURE
 DEFAULT_TIMEOUT_S = 24 * 3600.0  # per session; a dead compiler is noticed at once anyway
+# = toolchain.size.SIZE_METRICS (a test checks it): no ELF reader imported to parse flags
+GUARD_METRICS = ("allocated", "text", "llvm-size")
 
 SOURCE_SUFFIXES = frozenset(
     {".c", ".i", ".cc", ".cp", ".cpp", ".cxx", ".c++", ".C", ".CC", ".CPP", ".ii",
@@ -92,6 +96,9 @@ class Invocation:
     sources: tuple[str, ...]
     codegen: bool  # False when an option stops before code generation (-E, -M, ...)
     env: dict[str, str] = field(default_factory=dict, compare=False)
+    source_at: tuple[int, ...] = ()  # where the sources are in compiler_args
+    guard: bool = False  # --mlgo-guard / $MLGO_GUARD: keep the smaller of policy and plain
+    guard_metric: str = "allocated"  # --mlgo-guard-metric / $MLGO_GUARD_METRIC
 
     @property
     def uses_policy(self) -> bool:
@@ -107,30 +114,39 @@ def _opt_level(arg: str) -> str | None:
 
 
 def parse_args(tool: str, argv: Sequence[str], env: dict[str, str]) -> Invocation:
-    """Split mlgo's own options (`--mlgo-policy`, `--clang`) from the compiler's."""
+    """Split mlgo's own options (`--mlgo-policy`, `--clang`, `--mlgo-guard`,
+    `--mlgo-guard-metric`) from the compiler's."""
     policy = env.get(POLICY_ENV) or DEFAULT_POLICY
     clang = env.get("MLGO_CLANG") or None
+    try:
+        guarded = guard.enabled(env.get(guard.GUARD_ENV))
+    except ValueError as exc:
+        raise CCError(str(exc)) from None
+    metric = env.get(guard.METRIC_ENV) or "allocated"
     args: list[str] = []
     level: str | None = None
     sources: list[str] = []
+    source_at: list[int] = []
     codegen = True
     language_given = False
     it = iter(argv)
     for arg in it:
-        if arg in ("--mlgo-policy", "--clang"):
+        if arg == "--mlgo-guard":
+            guarded = True
+            continue
+        if arg in ("--mlgo-policy", "--clang", "--mlgo-guard-metric"):
             value = next(it, None)
             if value is None:
                 raise CCError(f"{arg} needs a value")
-            if arg == "--mlgo-policy":
-                policy = value
-            else:
-                clang = value
-            continue
+            arg = f"{arg}={value}"
         if arg.startswith("--mlgo-policy="):
             policy = arg.split("=", 1)[1]
             continue
         if arg.startswith("--clang="):
             clang = arg.split("=", 1)[1]
+            continue
+        if arg.startswith("--mlgo-guard-metric="):
+            metric = arg.split("=", 1)[1]
             continue
         args.append(arg)
         if arg in _TAKES_VALUE:
@@ -148,7 +164,12 @@ def parse_args(tool: str, argv: Sequence[str], env: dict[str, str]) -> Invocatio
             level = lvl
         elif _is_source(arg, language_given):
             sources.append(arg)
-    return Invocation(tool, tuple(args), policy, clang, level, tuple(sources), codegen, env)
+            source_at.append(len(args) - 1)
+    if guarded and metric not in GUARD_METRICS:
+        raise CCError(f"unknown size metric {metric!r} for the guard: expected one of "
+                      f"{', '.join(GUARD_METRICS)}")
+    return Invocation(tool, tuple(args), policy, clang, level, tuple(sources), codegen, env,
+                      tuple(source_at), guarded, metric)
 
 
 def _is_source(arg: str, language_given: bool) -> bool:
@@ -225,27 +246,22 @@ def policy_reads_default(spec: str) -> bool:
         return True  # loading the policy will say what is wrong with it
 
 
+def level_args(inv: Invocation) -> list[str]:
+    """What the bundled driver needs to run cc1 at the level asked for (zig cc alone runs
+    cc1 at -Os for -Oz); nothing for another clang."""
+    return ["-Xclang", "-Oz"] if inv.clang is None and inv.opt_level == "-Oz" else []
+
+
 def policy_command(inv: Invocation, driver: Sequence[str], base: Path) -> list[str]:
     """The full compiler command when the policy answers the inliner."""
-    extra = ["-Xclang", "-Oz"] if inv.clang is None and inv.opt_level == "-Oz" else []
     channel = channel_args(base, include_default=policy_reads_default(inv.policy))
-    return [*driver, *inv.compiler_args, *extra, *channel]
+    return [*driver, *inv.compiler_args, *level_args(inv), *channel]
 
 
 def reference_command(inv: Invocation, driver: Sequence[str]) -> list[str]:
     """What `mlgo cc` with policy `default` must equal byte for byte: the same command
     at the same cc1 level, without the channel."""
-    extra = ["-Xclang", "-Oz"] if inv.clang is None and inv.opt_level == "-Oz" else []
-    return [*driver, *inv.compiler_args, *extra]
-
-
-@dataclass
-class ServeStats:
-    sessions: int = 0
-    decisions: int = 0
-    inlined: int = 0
-    served_by: str = "process"  # or "server": mlgo cc's policy server (cc_server)
-    counted: bool = True  # False: a server answered but its counts were lost
+    return [*driver, *inv.compiler_args, *level_args(inv)]
 
 
 def _serve(base: Path, proc: subprocess.Popen[bytes], policy_spec: str, module: str,
@@ -256,51 +272,6 @@ def _serve(base: Path, proc: subprocess.Popen[bytes], policy_spec: str, module: 
 
     return serve_sessions(base, load_policy(policy_spec), module, timeout,
                           alive=lambda: proc.poll() is None)
-
-
-def serve_sessions(base: Path, policy: Any, module: str, timeout: float,
-                   alive: Callable[[], bool]) -> ServeStats:
-    """Answer every channel session at `base` with `policy` until `alive()` turns False
-    (the compiler exited): one driver command may run cc1 once per source."""
-    from pymlgo.protocol.channel import ChannelError, serve_channel
-
-    required = policy.required_features
-    stats = ServeStats()
-    stale = 0
-    while True:
-        try:
-            session = serve_channel(base, _advisor(policy.for_module(module), required, stats),
-                                    timeout=timeout, compiler_alive=alive)
-        except ChannelError as exc:
-            if not alive():
-                return stats  # the compiler is done (no more cc1 runs, or a cached build)
-            # cc1 may still hold the read end from the session that just ended when we
-            # reopen it: that looks like a session without a header. Retry a while.
-            if "without sending a header" in str(exc) and stale < 2000:
-                stale += 1
-                time.sleep(0.005)
-                continue
-            raise
-        stale = 0
-        stats.sessions += 1
-        stats.decisions += len(session.decisions)
-
-
-def _advisor(decide: Any, required: Sequence[str], stats: ServeStats) -> Any:
-    """The channel callback for one session: features by name -> the policy's decision."""
-    from pymlgo.protocol.features import select_features
-
-    indices: list[int] | None = None
-
-    def advise(context: str, obs: Any, header: Any) -> int:
-        nonlocal indices
-        if indices is None:  # the header is fixed for the session
-            indices = select_features(header.features, required)
-        value = int(decide({header.features[i].name: obs.tensors[i] for i in indices}))
-        stats.inlined += value != 0
-        return value
-
-    return advise
 
 
 def object_path(inv: Invocation) -> str | None:
@@ -334,7 +305,8 @@ def _object_record(inv: Invocation) -> dict[str, object]:
     return {"object": path, "object_bytes": {**sizes.groups(), **sizes.metrics()}}
 
 
-def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: float) -> None:
+def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: float,
+         guarded: dict[str, object] | None = None) -> None:
     path = inv.env.get(LOG_ENV)
     if not path:
         return
@@ -346,6 +318,8 @@ def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: fl
            "decisions": (stats.decisions if stats else 0) if counted else None,
            "inlined": (stats.inlined if stats else 0) if counted else None,
            "returncode": returncode, "seconds": round(seconds, 4)}
+    if guarded is not None:
+        rec["guard"] = guarded
     if returncode == 0:
         rec.update(_object_record(inv))
     # One short O_APPEND write per line: parallel make jobs do not interleave lines.
@@ -370,11 +344,17 @@ def run(inv: Invocation) -> int:
         signal.signal(sig, _exit_on_signal)
     tmp = Path(tempfile.mkdtemp(prefix="mlgo-cc-"))
     proc: subprocess.Popen[bytes] | None = None
+    plain: guard.PlainCompiles | None = None
     try:
         base = tmp / "channel"
         os.mkfifo(f"{base}.in", 0o600)
         os.mkfifo(f"{base}.out", 0o600)
         command = policy_command(inv, driver, base)
+        plan = _guard_plan(inv, driver, tmp) if inv.guard else None
+        if isinstance(plan, guard.Plan):
+            plain = guard.PlainCompiles(plan.commands, guard.plain_env(env))
+            if guard.parallel():
+                plain.start()
         # Its own process group: zig's driver runs clang as a child, which must die with
         # it if the policy fails (it would otherwise wait forever to open the channel).
         proc = subprocess.Popen(command, env=env, start_new_session=True)
@@ -393,12 +373,44 @@ def run(inv: Invocation) -> int:
                 _kill(proc)
                 raise CCError(f"the policy could not answer the compiler: {exc}") from exc
         returncode = proc.wait()
-        _log(inv, stats, returncode, time.monotonic() - started)
+        guarded = _guard_outcome(inv, plan, plain, returncode)
+        _log(inv, stats, returncode, time.monotonic() - started, guarded)
         return returncode
     finally:
         if proc is not None and proc.returncode is None:
             _kill(proc)
+        if plain is not None:
+            plain.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _guard_plan(inv: Invocation, driver: Sequence[str], tmp: Path) -> guard.Plan | str:
+    scratch = tmp / "plain"
+    scratch.mkdir()
+    # zig's driver merges the objects of a multi-source -c command into one (ld -r)
+    return guard.plan(driver, inv.compiler_args, level_args(inv), inv.source_at,
+                      merged=inv.clang is None, scratch=scratch)
+
+
+def _guard_outcome(inv: Invocation, plan: guard.Plan | str | None,
+                   plain: guard.PlainCompiles | None, returncode: int) -> dict[str, object] | None:
+    """Finish the guard once the policy compile is done: keep the smaller objects; what
+    happened, for the log."""
+    if plan is None:
+        return None
+    if isinstance(plan, str) or plain is None:
+        return {"applied": False, "reason": plan}
+    if returncode != 0:  # the user sees the policy compile's own error; nothing to weigh
+        plain.kill()
+        return {"applied": False, "reason": "the policy compile failed"}
+    failure = plain.wait()
+    if failure is not None:
+        code, output = failure
+        return {"applied": False, "kept": "policy",
+                "reason": f"the plain compile failed with exit code {code}",
+                "plain_output": output}
+    return {"applied": True, "metric": inv.guard_metric,
+            "objects": guard.keep_smaller(plan, inv.guard_metric)}
 
 
 def _use_server(env: dict[str, str]) -> bool:
@@ -439,7 +451,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 USAGE = """\
-usage: mlgo cc|c++ [--mlgo-policy P] [--clang PATH] COMPILER-ARGS...
+usage: mlgo cc|c++ [--mlgo-policy P] [--clang PATH] [--mlgo-guard] COMPILER-ARGS...
 
 A drop-in C/C++ compiler: CC="mlgo cc" CXX="mlgo c++" make. Compiles with the bundled clang
 (zig cc / zig c++) or --clang PATH ($MLGO_CLANG). When a command compiles sources at -Oz or
@@ -449,6 +461,14 @@ interactive channel; every other command runs unchanged.
   --mlgo-policy P  default, never, always, random:P[:SEED], pretrained:NAME or a saved
                    policy directory ($MLGO_POLICY; default: pretrained:inlining-oz)
   --clang PATH     a clang >= 17 instead of the bundled one ($MLGO_CLANG)
+  --mlgo-guard     ($MLGO_GUARD=1) also compile each policy compile plainly (no policy, same
+                   flags) and keep the smaller object, so no object is ever larger than
+                   plain -Oz/-Os; a tie keeps the plain one. Applies to -c compiles.
+  --mlgo-launcher  print the command of the native launcher (built with the bundled zig on
+                   first use): CC="$(mlgo cc --mlgo-launcher)" runs no Python per compile
+                   while a policy server runs (see the README)
+  --mlgo-guard-metric M  what "smaller" counts ($MLGO_GUARD_METRIC): allocated (default:
+                   every allocated section with contents), text, llvm-size
 
 The first compile that needs a policy starts a policy server for it (a background
 process that loads the policy once and answers the compiles of the whole build; it exits
@@ -456,10 +476,38 @@ after MLGO_CC_SERVER_IDLE seconds without work, default 60). MLGO_CC_SERVER=0 ma
 compile load the policy itself instead (slower; the objects are the same).
 
 Environment: MLGO_CC_LOG=FILE appends one JSON line per command (decisions served, by
-whom, exit code); MLGO_CC_TIMEOUT=S bounds one channel session (default: 86400);
-MLGO_RUNTIME_DIR holds the servers' sockets (default: $XDG_RUNTIME_DIR/pymlgo).
+whom, exit code, the guard's choice and both sizes); MLGO_CC_TIMEOUT=S bounds one channel
+session (default: 86400); MLGO_RUNTIME_DIR holds the servers' sockets (default:
+$XDG_RUNTIME_DIR/pymlgo).
 With the bundled driver, -Oz adds -Xclang -Oz: zig cc alone runs cc1 at -Os.
 """
+
+
+def _print_launcher(tool: str) -> int:
+    """`--mlgo-launcher`: the command a build should use, the native launcher if it can be
+    had (built on first use), else this Python path (saying why)."""
+    from pymlgo.deploy.launcher import command
+
+    cmd, why_not = command(tool)
+    if why_not is not None:
+        print(f"mlgo {tool}: no native launcher ({why_not}); use the Python path",
+              file=sys.stderr)
+    print(shlex.join(cmd))
+    return 0
+
+
+def _launcher_log(tool: str, record: str, argv: Sequence[str]) -> int:
+    """The native launcher's MLGO_CC_LOG line for a compile it had served (it measures no
+    objects itself); exits with the compile's exit code."""
+    done = json.loads(record)
+    inv = parse_args(tool, argv, dict(os.environ))
+    counts = done.get("counts")
+    stats = ServeStats(**{k: int(counts[k]) for k in ("sessions", "decisions", "inlined")},
+                       served_by="launcher") if counts else ServeStats(served_by="launcher",
+                                                                       counted=False)
+    code = int(done["returncode"])
+    _log(inv, stats, code, float(done["seconds"]))
+    return code
 
 
 def main(tool: str, argv: Sequence[str]) -> int:
@@ -468,6 +516,10 @@ def main(tool: str, argv: Sequence[str]) -> int:
     if not argv or list(argv) in (["--help"], ["-h"], ["--mlgo-help"]):
         print(USAGE, end="", file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
+    if list(argv) == ["--mlgo-launcher"]:
+        return _print_launcher(tool)
+    if argv[0] == "--mlgo-launcher-log" and len(argv) > 1:
+        return _launcher_log(tool, argv[1], argv[2:])
     try:
         inv = parse_args(tool, argv, dict(os.environ))
         return run(inv)

@@ -13,13 +13,17 @@ cannot load its policy exits, and the compile falls back to loading it itself, w
 reports the error as before.
 
 Wire: JSON lines on a Unix stream socket, one connection per compile.
+  client -> server  {"flags": true}             (optional: the native launcher asks ...)
+  server -> client  {"include_default": bool}   (... whether the policy reads clang's own
+                                                 decision, before it starts the compiler)
   client -> server  {"base": FIFO base, "module": name, "pid": compiler pid, "timeout": s}
   server -> client  {"accepted": true}          (before it touches the FIFOs)
   client -> server  {"exited": true}            (once the compiler has exited)
   server -> client  {"sessions", "decisions", "inlined"} or {"error": message}
 A client that disconnects before saying "exited" has died: the server kills the compiler's
 process group (it was started in a session of its own), which would otherwise spin on a
-closed channel.
+closed channel, and removes the channel's FIFOs and their directory (if it is then empty),
+which the dead client can no longer remove.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from typing import Any
 from pymlgo.runtime import private_dir
 
 SERVER_ENV, IDLE_ENV = "MLGO_CC_SERVER", "MLGO_CC_SERVER_IDLE"
+DEFAULT_FEATURE = "inlining_default"  # = problems.inlining.policies.DEFAULT_FEATURE
 DEFAULT_IDLE_S = 60.0
 START_TIMEOUT_S = 20.0  # importing numpy and loading a policy on a loaded machine
 _POLL_S = 0.02
@@ -82,11 +87,17 @@ def idle_seconds(env: dict[str, str]) -> float:
     return value
 
 
-def policy_key(spec: str, policy_dir: Path | None) -> str:
-    """Who may serve `spec`: the same spec, policy bytes, pymlgo and Python."""
+def key_prefix() -> list[str]:
+    """The parts of every policy key that name this pymlgo and Python (the native launcher
+    has them built in)."""
     from pymlgo import __version__
 
-    parts = [__version__, os.path.realpath(sys.executable), str(Path(__file__).resolve()), spec]
+    return [__version__, os.path.realpath(sys.executable), str(Path(__file__).resolve())]
+
+
+def policy_key(spec: str, policy_dir: Path | None) -> str:
+    """Who may serve `spec`: the same spec, policy bytes, pymlgo and Python."""
+    parts = [*key_prefix(), spec]
     if policy_dir is not None:
         try:
             parts += [str(policy_dir.resolve()),
@@ -259,6 +270,10 @@ def _handle(conn: socket.socket, policy: Any, serve: Callable[..., Any]) -> None
     pid = None
     try:
         req = lines.next(10.0)
+        if req is not None and req.get("flags"):
+            reads = DEFAULT_FEATURE in getattr(policy, "required_features", ())
+            _send(conn, {"include_default": reads})
+            req = lines.next(10.0)
         if req is None:
             return
         base, module, pid = Path(str(req["base"])), str(req["module"]), int(req["pid"])
@@ -271,6 +286,7 @@ def _handle(conn: socket.socket, policy: Any, serve: Callable[..., Any]) -> None
                 msg = lines.next(timeout + 60)
             if not (msg and msg.get("exited")) and not settled.is_set():
                 _kill_group(pid)  # the client died: its compiler would spin forever
+                _remove_channel(base)
             exited.set()
 
         threading.Thread(target=watch, daemon=True).start()
@@ -310,6 +326,16 @@ def stop_servers(runtime_dir: Path) -> int:
     return killed
 
 
+def _remove_channel(base: Path) -> None:
+    """The FIFOs of a client that died, and their directory if nothing else is in it."""
+    for suffix in (".in", ".out"):
+        with contextlib.suppress(OSError):
+            if Path(f"{base}{suffix}").is_fifo():
+                os.unlink(f"{base}{suffix}")
+    with contextlib.suppress(OSError):
+        base.parent.rmdir()
+
+
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
@@ -333,7 +359,7 @@ def _bind(path: Path) -> socket.socket | None:
 
 def run_server(spec: str, path: Path, idle: float) -> int:
     """Load `spec`, then serve compiles on `path` until `idle` seconds pass without any."""
-    from pymlgo.deploy.cc import serve_sessions
+    from pymlgo.deploy.answer import serve_sessions
     from pymlgo.policy.store import load_policy
 
     policy = load_policy(spec)  # fails before binding: clients then serve themselves

@@ -1,0 +1,65 @@
+"""Answering one compile's inliner channel with a loaded policy: every session of one
+compiler driver command, counted. Used by `mlgo cc` itself (a policy it loaded) and by its
+policy server (`cc_server`), so neither of the two imports the other for it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class ServeStats:
+    sessions: int = 0
+    decisions: int = 0
+    inlined: int = 0
+    served_by: str = "process"  # "server": the policy server; "launcher": it, via the launcher
+    counted: bool = True  # False: a server answered but its counts were lost
+
+
+def serve_sessions(base: Path, policy: Any, module: str, timeout: float,
+                   alive: Callable[[], bool]) -> ServeStats:
+    """Answer every channel session at `base` with `policy` until `alive()` turns False
+    (the compiler exited): one driver command may run cc1 once per source."""
+    from pymlgo.protocol.channel import ChannelError, serve_channel
+
+    required = policy.required_features
+    stats = ServeStats()
+    stale = 0
+    while True:
+        try:
+            session = serve_channel(base, _advisor(policy.for_module(module), required, stats),
+                                    timeout=timeout, compiler_alive=alive)
+        except ChannelError as exc:
+            if not alive():
+                return stats  # the compiler is done (no more cc1 runs, or a cached build)
+            # cc1 may still hold the read end from the session that just ended when we
+            # reopen it: that looks like a session without a header. Retry a while.
+            if "without sending a header" in str(exc) and stale < 2000:
+                stale += 1
+                time.sleep(0.005)
+                continue
+            raise
+        stale = 0
+        stats.sessions += 1
+        stats.decisions += len(session.decisions)
+
+
+def _advisor(decide: Any, required: Sequence[str], stats: ServeStats) -> Any:
+    """The channel callback for one session: features by name -> the policy's decision."""
+    from pymlgo.protocol.features import select_features
+
+    indices: list[int] | None = None
+
+    def advise(context: str, obs: Any, header: Any) -> int:
+        nonlocal indices
+        if indices is None:  # the header is fixed for the session
+            indices = select_features(header.features, required)
+        value = int(decide({header.features[i].name: obs.tensors[i] for i in indices}))
+        stats.inlined += value != 0
+        return value
+
+    return advise
