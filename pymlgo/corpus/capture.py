@@ -53,7 +53,7 @@ def target_flags(compiler: Compiler, target: str, cpu: str) -> list[str]:
     zig's driver defaults to the host's native CPU, so it gets `-mcpu`; a stock clang with an
     explicit `--target` already uses the generic CPU, and does not know zig's `baseline`.
     """
-    if compiler.bundled:
+    if compiler.zig:
         return ["-target", target, f"-mcpu={cpu}"]
     flags = [f"--target={target}"]
     if cpu != DEFAULT_CPU:
