@@ -24,7 +24,8 @@ from typing import Any
 from pymlgo.corpus import capture_wrapper
 from pymlgo.corpus.extract import ExtractResult, extract_objects, objects_from_compile_commands
 from pymlgo.corpus.format import CorpusError
-from pymlgo.toolchain.compiler import Compiler, find_compiler
+from pymlgo.toolchain.compiler import Compiler, CompilerError, find_compiler
+from pymlgo.toolchain.cross import CrossTools, CrossToolsError, cross_tools, is_cross
 
 DEFAULT_TARGET = "x86_64-linux-gnu"
 DEFAULT_CPU = "baseline"
@@ -53,7 +54,7 @@ def target_flags(compiler: Compiler, target: str, cpu: str) -> list[str]:
     zig's driver defaults to the host's native CPU, so it gets `-mcpu`; a stock clang with an
     explicit `--target` already uses the generic CPU, and does not know zig's `baseline`.
     """
-    if compiler.bundled:
+    if compiler.zig:
         return ["-target", target, f"-mcpu={cpu}"]
     flags = [f"--target={target}"]
     if cpu != DEFAULT_CPU:
@@ -62,15 +63,32 @@ def target_flags(compiler: Compiler, target: str, cpu: str) -> list[str]:
 
 
 def write_shims(
-    shim_dir: Path, compiler: Compiler, *, flags: Sequence[str], log: Path
+    shim_dir: Path, compiler: Compiler, *, flags: Sequence[str], log: Path,
+    cross: CrossTools | None = None, target: str = DEFAULT_TARGET,
 ) -> dict[str, str]:
-    """Write the wrapper scripts and their config; returns the env vars the build needs."""
-    config = {
+    """Write the wrapper scripts and their config; returns the env vars the build needs.
+
+    With `cross` (a build for another target than the host), `ar`, `ranlib` and `ld` (also
+    under their `TARGET-` names) run zig's archiver and linker, and a stock clang's links
+    run through zig's linker driver for the target."""
+    config: dict[str, Any] = {
         "drivers": {"c": list(compiler.cc_argv), "c++": list(compiler.cxx_argv)},
-        "target_flags": list(flags),
+        "target_flags": [*flags, *(cross.compile_flags if cross is not None else ())],
         "embed_flags": list(EMBED_FLAGS),
         "log": str(log),
     }
+    env: dict[str, str] = {}
+    if cross is not None:
+        if not compiler.zig:  # zig's own driver links for the target already
+            config["link"] = {"drivers": {"c": list(cross.link_c), "c++": list(cross.link_cxx)},
+                              "target_flags": list(cross.link_flags)}
+        for tool, argv in cross.tools.items():
+            for name in (tool, f"{target}-{tool}"):
+                script = shim_dir / name
+                script.write_text(f'#!/bin/sh\nexec {shlex.join(argv)} "$@"\n',
+                                  encoding="utf-8")
+                script.chmod(0o755)
+            env[tool.upper()] = str(shim_dir / tool)
     config_path = shim_dir / "capture_config.json"
     config_path.write_text(json.dumps(config, indent=2), encoding="utf-8")
     wrapper = Path(capture_wrapper.__file__).resolve()
@@ -87,6 +105,7 @@ def write_shims(
         "PATH": f"{shim_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "CC": str(shim_dir / "cc"),
         "CXX": str(shim_dir / "c++"),
+        **env,
     }
 
 
@@ -146,13 +165,21 @@ def capture(
         raise CaptureError(f"output directory {out} is not empty; choose another or --overwrite")
     workdir = Path(cwd).absolute() if cwd is not None else Path.cwd()
     compiler = find_compiler(clang)
+    cross = None
+    if is_cross(target):
+        try:
+            cross = cross_tools(compiler, target, cpu)
+        except (CrossToolsError, CompilerError, OSError, subprocess.TimeoutExpired) as exc:
+            raise CaptureError(f"no linker and archiver for {target}: {exc}") from exc
     with tempfile.TemporaryDirectory(prefix="mlgo-capture-") as tmp:
         shim_dir = Path(tmp)
         log = shim_dir / "compiles.jsonl"
         build_env = dict(os.environ if env is None else env)
-        build_env.update(
-            write_shims(shim_dir, compiler, flags=target_flags(compiler, target, cpu), log=log)
-        )
+        build_env.update(write_shims(
+            shim_dir, compiler, flags=target_flags(compiler, target, cpu), log=log,
+            cross=cross,
+            target=target,
+        ))
         started = time.monotonic()
         try:
             proc = subprocess.run(

@@ -6,7 +6,8 @@ For a compile-only (`-c`) invocation it adds the fixed target and `-Xclang
 -fembed-bitcode=all`, runs the real driver, and on success appends the command and the
 object path to a JSON-lines log (under a file lock: builds run compilers in parallel).
 Everything else (links, preprocessing, `--version` probes) gets the same target flags and is
-exec'd directly.
+exec'd directly; with a `link` entry in the config (a stock clang building for another
+target, `toolchain/cross.py`), links are exec'd with that driver and its target flags.
 """
 
 from __future__ import annotations
@@ -125,6 +126,20 @@ def plan(
     return [*target_flags, *embed_flags, *args], pairs
 
 
+# Driver invocations that only ask the driver something: never links.
+_QUERIES = frozenset({"--version", "-v", "-dumpmachine", "-dumpversion", "-dumpfullversion",
+                      "--help", "-help"})
+
+
+def is_link(args: Sequence[str]) -> bool:
+    """Whether a driver invocation links (it neither stops before linking nor only asks)."""
+    if "-c" in args or _NOT_AN_OBJECT.intersection(args) or _QUERIES.intersection(args):
+        return False
+    if any(a.startswith(("-print-", "--print-")) for a in args):
+        return False
+    return any(not a.startswith("-") or a.startswith("-l") for a in args)
+
+
 def append_log(log: Path, entries: Sequence[dict[str, object]]) -> None:
     """Append JSON lines under an exclusive lock, so parallel compilers never interleave."""
     data = "".join(json.dumps(e) + "\n" for e in entries).encode()
@@ -148,6 +163,9 @@ def main(argv: Sequence[str]) -> int:
         user_args, cwd, target_flags=config["target_flags"], embed_flags=config["embed_flags"]
     )
     full = [*driver, *args]
+    link = config.get("link")
+    if not pairs and link and is_link(expand_response_files(user_args, cwd)):
+        full = [*link["drivers"][argv[3]], *link["target_flags"], *strip_target_flags(user_args)]
     if not pairs:
         os.execv(full[0], full)  # nothing to record: become the driver
     returncode = subprocess.call(full)

@@ -1,4 +1,5 @@
-"""Find the clang that pymlgo drives: the bundled `zig clang`, or any clang >= 17."""
+"""Find the clang that pymlgo drives: the bundled `zig clang`, any clang >= 17, or the clang
+inside another `zig` binary (each zig release bundles its own LLVM)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,21 @@ class CompilerError(RuntimeError):
 
 @dataclass(frozen=True)
 class Compiler:
-    """A clang that can be run as cc1 (`clang_argv`) and as a driver (`cc_argv`, `cxx_argv`)."""
+    """A clang that can be run as cc1 (`clang_argv`) and as a driver (`cc_argv`, `cxx_argv`).
+
+    `bundled`: the `zig` of the installed ziglang wheel, the one a worker finds by itself.
+    `zig`: `path` is a zig binary whose clang runs as `zig clang` / `zig cc` (true for the
+    bundled one, and for any other zig given as --clang).
+    """
 
     path: Path
     version: str
     bundled: bool
+    zig: bool = False
+
+    def __post_init__(self) -> None:
+        if self.bundled and not self.zig:
+            object.__setattr__(self, "zig", True)
 
     @property
     def major(self) -> int:
@@ -37,16 +48,16 @@ class Compiler:
     @property
     def clang_argv(self) -> tuple[str, ...]:
         """Prefix that runs the clang binary itself (add `-cc1 ...` or driver args)."""
-        return (str(self.path), "clang") if self.bundled else (str(self.path),)
+        return (str(self.path), "clang") if self.zig else (str(self.path),)
 
     @property
     def cc_argv(self) -> tuple[str, ...]:
         """Prefix for a C compiler driver (zig's driver brings its own libc headers)."""
-        return (str(self.path), "cc") if self.bundled else (str(self.path),)
+        return (str(self.path), "cc") if self.zig else (str(self.path),)
 
     @property
     def cxx_argv(self) -> tuple[str, ...]:
-        if self.bundled:
+        if self.zig:
             return (str(self.path), "c++")
         return (str(_cxx_sibling(self.path)),)
 
@@ -89,7 +100,8 @@ def bundled_zig() -> Path:
     return exe
 
 
-def _query_version(argv: list[str]) -> str:
+def _run_version(argv: list[str]) -> str:
+    """What `argv --version` prints (stdout and stderr)."""
     try:
         out = subprocess.run(
             [*argv, "--version"], capture_output=True, text=True, timeout=30, check=False
@@ -104,17 +116,32 @@ def _query_version(argv: list[str]) -> str:
         raise CompilerError(f"cannot run {argv[0]!r}: {exc}{hint}") from exc
     except subprocess.TimeoutExpired as exc:
         raise CompilerError(f"cannot run {argv[0]!r}: {exc}") from exc
-    m = _VERSION_RE.search(out.stdout + out.stderr)
+    return out.stdout + out.stderr
+
+
+def _not_clang(argv: list[str], printed: str) -> CompilerError:
+    return CompilerError(
+        f"{argv[0]!r} does not look like clang: `--version` printed {printed.strip()[:200]!r}"
+    )
+
+
+def _query_version(argv: list[str]) -> str:
+    printed = _run_version(argv)
+    m = _VERSION_RE.search(printed)
     if not m:
-        raise CompilerError(
-            f"{argv[0]!r} does not look like clang: `--version` printed "
-            f"{(out.stdout + out.stderr).strip()[:200]!r}"
-        )
+        raise _not_clang(argv, printed)
     return ".".join(m.groups())
+
+
+def _looks_like_zig(path: Path, printed: str) -> bool:
+    """zig has no `--version` (it answers with its usage, which names zig)."""
+    return path.name.startswith("zig") or "Usage: zig" in printed
 
 
 def find_compiler(clang: str | os.PathLike[str] | None = None) -> Compiler:
     """Resolve the compiler: explicit `clang` argument, then $MLGO_CLANG, then bundled zig.
+
+    The argument may name a clang driver or a `zig` binary (its clang is used).
 
     Refuses clang older than 17: it has no interactive model runner, so the policy
     could never be asked.
@@ -127,7 +154,15 @@ def find_compiler(clang: str | os.PathLike[str] | None = None) -> Compiler:
     if found is None:
         raise CompilerError(f"clang not found: {chosen!r} (from --clang or ${CLANG_ENV_VAR})")
     path = Path(found).resolve()
-    version = _query_version([str(path)])
+    printed = _run_version([str(path)])
+    m = _VERSION_RE.search(printed)
+    zig = m is None and _looks_like_zig(path, printed)
+    if m is not None:
+        version = ".".join(m.groups())
+    elif zig:  # another ziglang release: its clang is `zig clang`
+        version = _query_version([str(path), "clang"])
+    else:
+        raise _not_clang([str(path)], printed)
     major = int(version.split(".")[0])
     if major < MIN_CLANG_MAJOR:
         raise CompilerError(
@@ -136,4 +171,4 @@ def find_compiler(clang: str | os.PathLike[str] | None = None) -> Compiler:
             "so a policy cannot answer the compiler. Use the bundled clang (drop --clang and "
             f"unset ${CLANG_ENV_VAR}) or point --clang at clang {MIN_CLANG_MAJOR} or newer"
         )
-    return Compiler(path=path, version=version, bundled=False)
+    return Compiler(path=path, version=version, bundled=False, zig=zig)

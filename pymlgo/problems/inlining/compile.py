@@ -170,9 +170,14 @@ def compile_with_policy(
     memory_mb: int | None = None,
     estimator: IR2NativeModel | None = None,
     size_metric: str = DEFAULT_SIZE_METRIC,
+    heuristic_feature: str | None = None,
 ) -> ModuleResult:
     """Compile `job` at -Oz with `policy` answering every inlining decision; `size` is the
     object's bytes by `size_metric`, `sizes` its bytes by section group.
+
+    Where clang's own decision is asked for (the policy reads `inlining_default`, or
+    `record`), it is read from `heuristic_feature`; None: from where this compiler's probe
+    found it (`heuristic_check`, which raises HeuristicUnavailableError if it cannot be had).
 
     With an IR2Native `estimator` (for partial rewards), `extra` holds every function's
     estimated bytes (`fn:NAME`) and a recorded trajectory's `contexts` name the caller of
@@ -185,13 +190,23 @@ def compile_with_policy(
     deadline = started + timeout
     decide = policy.for_module(job.module)
     required = policy.required_features
+    include_default = record or DEFAULT_FEATURE in required
+    if include_default and heuristic_feature is None:
+        from pymlgo.problems.inlining.heuristic_check import heuristic_feature as probed
+
+        heuristic_feature = probed(compiler, required=required, record=record)
     indices: list[int] | None = None
+    moved: int | None = None  # where clang's decision arrives, if not in `inlining_default`
 
     def advise(context: str, obs: Observation, header: Header) -> int | float | np.ndarray:
-        nonlocal indices
+        nonlocal indices, moved
         if indices is None:
             indices = select_features(header.features, required)
+            if heuristic_feature not in (None, DEFAULT_FEATURE):
+                moved = select_features(header.features, [heuristic_feature])[0]
         feats = {header.features[i].name: obs.tensors[i] for i in indices}
+        if moved is not None and DEFAULT_FEATURE in feats:
+            feats[DEFAULT_FEATURE] = obs.tensors[moved]
         return decide(feats)
 
     with run.private_tmpdir() as tmp:
@@ -204,7 +219,7 @@ def compile_with_policy(
                             edits=edits),
             # clang's decision only where it is used: a policy that reads it, or a recorded
             # trajectory (traces and behaviour cloning keep it as the label)
-            *channel_flags(base, include_default=record or DEFAULT_FEATURE in required),
+            *channel_flags(base, include_default=include_default),
             *_estimate_flags(estimator, tmp),
         ]
         with open(tmp / "stderr.txt", "wb") as err:
