@@ -497,13 +497,14 @@ def search_limit(executor: Any, compiler: Compiler, jobs: Sequence[CompileJob],
 
 def best_known(limit: dict[str, Any], reports: Iterable[EvalReport]) -> dict[str, Any]:
     """`limit` (a search result) with each searched module's best bytes lowered to the
-    smallest any evaluated policy reached on it, and its totals recomputed: a policy's share
-    of the limit is then at most 1."""
+    smallest known for it: any evaluated policy's, or -Oz's own; its totals recomputed. A
+    policy's share of the limit is then at most 1."""
     best = dict(limit["best"])
     for rep in reports:
         for m in rep.ok_modules:
             if m.name in best and m.policy_bytes is not None and best[m.name] is not None:
-                best[m.name] = min(best[m.name], m.policy_bytes)
+                best[m.name] = min(best[m.name], m.policy_bytes, m.baseline_bytes or
+                                   m.policy_bytes)
     base = limit["baseline_bytes"]
     known = sum(b for b in best.values() if b is not None)
     return limit | {"best": best, "search_best_bytes": limit["best_bytes"],
