@@ -420,3 +420,29 @@ def test_a_unity_module_with_too_much_code_is_split(tmp_path: Path,
                                   fetch=lambda pkg, cache: fetch_source(pkg, cache))
     assert res.status == "built", res.error
     assert res.unity_modules == 2
+
+
+def test_two_unity_groups_in_one_output_directory_each_keep_their_module(
+    tmp_path: Path
+) -> None:
+    # One directory compiled twice with other defines (openssl's providers): two groups of
+    # sources with one output directory. A clash in the second group must not take the
+    # first group's unity source with it (it did: both were named unity0).
+    helper = "static int helper(int x) { return x; }\n"
+    files = {"debian/control": "",
+             "Makefile": "libu.a: a.o b.o c.o d.o e.o f.o\n\tar rcs $@ $^\n"
+                         "a.o b.o: %.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\n"
+                         "c.o d.o e.o f.o: %.o: %.c\n\t$(CC) $(CFLAGS) -DVARIANT=2 -c $< -o $@\n"}
+    for name in "abcdef":
+        files[f"{name}.c"] = (helper if name in "cd" else "") + _filler(name, 26_000)
+    write_tree(tmp_path / "src" / "u" / "u-1.0", files)
+    out = tmp_path / "corpora"
+    config = DebianConfig(output_dir=out, src_cache=tmp_path / "src",
+                          build_root=tmp_path / "build", progress=False)
+    (res,) = build_debian_corpora(["u"], config,
+                                  recipes={"u": Recipe("u", "c", (("make", "libu.a"),))},
+                                  fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    assert res.status == "built", res.error
+    unity = sorted(m.name for m in load_corpus(out).modules if "/_unity/" in m.name)
+    assert len(unity) == 2 and res.unity_modules == 2, unity
+    assert len({n.rsplit("/", 1)[1] for n in unity}) == 2  # two names in one directory

@@ -517,7 +517,13 @@ def build_package(
             duplicates = drop_duplicate_modules(staging)
             unity_info: dict[str, object] = {"modules": 0}
             if unity and recipe.unity:
-                unity_info = _add_unity(recipe, workdir, staging, compiler, jobs, log)
+                try:
+                    unity_info = _add_unity(recipe, workdir, staging, compiler, jobs, log)
+                except (OSError, ValueError, subprocess.SubprocessError, CorpusError) as exc:
+                    # unity modules are extra data: the package's own build stands without
+                    unity_info = {"modules": 0, "error": f"{type(exc).__name__}: {exc}"}
+                    print(f"mlgo: unity modules of {recipe.package} left out: {exc}",
+                          file=log, flush=True)
         info = {
             "package": recipe.package,
             "recipe": recipe.key(),

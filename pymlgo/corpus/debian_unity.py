@@ -207,9 +207,15 @@ def build_unity_modules(
     driver_flags = target_flags(compiler, DEFAULT_TARGET, DEFAULT_CPU)
     groups = plan_groups(entries, compiler, workdir)
     jobs_list: list[tuple[_Group, list[Path], Path]] = []
+    # Groups that share an output directory (one directory compiled twice with other
+    # defines, as openssl's providers are) need names of their own: with one name, one
+    # group's failed batch deleted the other's unity source.
+    per_dir: dict[str, int] = {}
     for group in groups:
+        n = per_dir[group.out_dir] = per_dir.get(group.out_dir, -1) + 1
+        prefix = "unity" if n == 0 else f"g{n}unity"
         for k, batch in enumerate(batches(group)):
-            stem = Path(workdir, UNITY_DIR, group.out_dir, f"unity{k}")
+            stem = Path(workdir, UNITY_DIR, group.out_dir, f"{prefix}{k}")
             jobs_list.append((group, batch, stem))
 
     def compile_batch(group: _Group, batch: list[Path], stem: Path) -> list[dict[str, Any]]:
