@@ -35,7 +35,7 @@ def test_eval_reports_the_inlining_schema_plus_weighted_costs(small_corpus, tmp_
                "no-evict", "--json", str(out), "--workers", "2"])
     assert rc == 0
     report = json.loads(out.read_text())
-    assert report["problem"] == "regalloc" and report["policy"] == "no-evict"
+    assert report["problem"] == "regalloc-evict" and report["policy"] == "no-evict"
     assert {m["name"] for m in report["modules"]} == set(MODULES)
     row = report["modules"][0]
     assert {"name", "baseline_bytes", "policy_bytes", "decisions", "error"} <= set(row)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from pymlgo.policy.mlp import MLPParams, affine, init_mlp
+from pymlgo.policy.store import PolicyLoadError
 from pymlgo.problems.base import Policy
 from pymlgo.problems.inlining.policies import module_seed
 from pymlgo.problems.regalloc.advice import MASK_FEATURE, Advisor
@@ -39,9 +40,10 @@ from pymlgo.problems.regalloc.policies import (
     heuristic_weights,
     lightest_choice,
 )
+from pymlgo.problems.regalloc.problem import POLICY_TAG
 from pymlgo.toolchain.files import write_atomic
 
-PROBLEM = "regalloc"
+PROBLEM = POLICY_TAG
 VERSION_MAJOR, VERSION_MINOR = 1, 0
 CURRENT_VERSION = f"{PROBLEM}-{VERSION_MAJOR}.{VERSION_MINOR}"
 POLICY_FILE = "policy.json"
@@ -77,7 +79,7 @@ DEFAULT_HIDDEN = (16,)
 _VERSION_RE = re.compile(r"(?P<problem>[a-z_]+)-(?P<major>\d+)\.(?P<minor>\d+)")
 
 
-class RegallocPolicyError(ValueError):
+class RegallocPolicyError(PolicyLoadError):
     """A saved regalloc policy cannot be used; the message says why."""
 
 
@@ -262,7 +264,7 @@ def policy_document(policy: EvictionPolicy) -> dict[str, Any]:
     }
 
 
-def save_eviction_policy(policy: EvictionPolicy, directory: Path) -> None:
+def save_policy(policy: EvictionPolicy, directory: Path) -> None:
     """Write `directory/policy.json` (byte-deterministic: sorted keys, exact floats)."""
     try:
         text = json.dumps(policy_document(policy), sort_keys=True, allow_nan=False)
@@ -302,8 +304,9 @@ def load_eviction_policy(directory: Path) -> EvictionPolicy:
         raise RegallocPolicyError(f"{path}: malformed policy ({exc})") from exc
 
 
-def load_regalloc_policy(spec: str, *, seed: int = 0) -> Policy:
-    """A built-in regalloc policy name, or a saved policy directory (named as `spec`)."""
+def load_spec(spec: str, *, seed: int = 0) -> Policy:
+    """A built-in regalloc policy name, or a saved policy directory (named as `spec`): the
+    regalloc problems' policy codec (`Problem.policy_codec`)."""
     try:
         return builtin_policy(spec, seed=seed)
     except ValueError as exc:

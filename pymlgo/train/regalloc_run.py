@@ -20,15 +20,16 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from pymlgo.evaluate.baseline import baseline_results
 from pymlgo.policy.regalloc import (
     DEFAULT_HIDDEN,
     EvictionPolicy,
     initial_policy,
     load_eviction_policy,
-    save_eviction_policy,
+    save_policy,
 )
 from pymlgo.problems.base import CompileJob
-from pymlgo.problems.regalloc.evaluate import PROBLEM, baseline_results
+from pymlgo.problems.regalloc.problem import REGALLOC_EVICT
 from pymlgo.problems.regalloc.reward import module_cost
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.files import write_atomic
@@ -98,7 +99,7 @@ def train_regalloc(
 ) -> RegallocTrainResult:
     """Train on `train_jobs`; `validation_jobs` (else the training modules) pick the best."""
     started = time.monotonic()
-    spec = spec or WorkSpec(problem=PROBLEM)
+    spec = spec or WorkSpec(problem=REGALLOC_EVICT)
     jobs = {j.module: j for j in [*train_jobs, *validation_jobs]}
     baselines = {r.module: r for r in baseline_results(executor, list(jobs.values()), compiler,
                                                        spec=spec) if r.ok}
@@ -146,13 +147,13 @@ def train_regalloc(
         if v["fitness"] > best_val["fitness"]:
             best, best_val, best_iteration = current, v, it
             if output_dir is not None:  # saved at once: an interrupted run keeps its best
-                save_eviction_policy(stamped(best, it), output_dir / "best")
+                save_policy(stamped(best, it), output_dir / "best")
         record({"iteration": float(it), **scalars,
                 **{f"validation/{k}": x for k, x in v.items()},
                 "seconds": time.monotonic() - started})
     best = stamped(best, best_iteration)
     final = stamped(algo.policy(), len(history) - 1)
     if output_dir is not None:
-        save_eviction_policy(best, output_dir / "best")
-        save_eviction_policy(final, output_dir / "final")
+        save_policy(best, output_dir / "best")
+        save_policy(final, output_dir / "final")
     return RegallocTrainResult(best, final, best_iteration, best_val, history)
