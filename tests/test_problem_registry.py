@@ -7,12 +7,19 @@ import argparse
 import ast
 import pickle
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pymlgo.cli.main import build_parser
+from pymlgo.corpus.format import load_corpus
+from pymlgo.evaluate.eval import corpus_jobs
+from pymlgo.policy.store import PolicyLoadError, load_policy
 from pymlgo.problems import registry
+from pymlgo.problems.base import CompileJob, CompileSettings, Decide
+from pymlgo.problems.regalloc.advice import valid_priority
 from pymlgo.problems.registry import UnknownProblemError
 from pymlgo.workers.protocol import WorkSpec
 
@@ -133,3 +140,58 @@ def test_a_problem_travels_to_workers_by_name(problem):
     blob = pickle.dumps(WorkSpec(problem=problem))
     assert pickle.loads(blob).problem is problem
     assert len(pickle.dumps(problem)) < 200  # its name, not its state
+
+
+@dataclass(frozen=True)
+class WeightPriority:
+    """Reads every feature LLVM's priority advisor sends; answers the live range's weight."""
+
+    advisor: str = "priority"
+    name: str = "weight"
+    required_features: tuple[str, ...] = ("li_size", "stage", "weight")
+
+    def for_module(self, module: str) -> Decide:
+        return lambda features: float(features["weight"].reshape(-1)[0])
+
+
+@pytest.fixture(scope="module")
+def small_job(demo_corpus_dir: Path) -> CompileJob:
+    (job,) = corpus_jobs(load_corpus(demo_corpus_dir), ["zstd/lib/compress/hist"])
+    return job
+
+
+def test_regalloc_priority_names_its_own_policies():
+    priority = registry.problem("regalloc-priority")
+    assert getattr(load_policy("size", problem=priority), "advisor", None) == "priority"
+    assert getattr(load_policy("random:3", problem=priority), "advisor", None) == "priority"
+    with pytest.raises(PolicyLoadError, match="evict advisor"):
+        load_policy("no-evict", problem=priority)
+    with pytest.raises(PolicyLoadError, match="priority advisor"):
+        load_policy("priority:size", problem="regalloc")
+
+
+def test_regalloc_priority_compiles_with_float_priorities_and_a_cost_reward(compiler,
+                                                                           small_job):
+    priority = registry.problem("regalloc-priority")
+    res = priority.compile(compiler, small_job, WeightPriority(), CompileSettings(record=True))
+    assert res.ok, res.error
+    traj = res.trajectory
+    assert res.decisions == len(traj) > 0
+    assert traj.advice.dtype == np.float32
+    assert traj.features["li_size"].dtype == traj.features["stage"].dtype == np.int64
+    assert traj.features["weight"].dtype == np.float32
+    # what was sent is the weight, made a valid priority (an infinite weight is clamped)
+    weights = traj.features["weight"].reshape(-1)
+    sent = np.array([valid_priority(w)[0] for w in weights], dtype=np.float32)
+    assert np.array_equal(traj.advice.reshape(-1), sent)
+    assert res.extra["invalid_advice"] == sum(valid_priority(w)[1] for w in weights)
+    stock = priority.compile(compiler, small_job, None, CompileSettings())
+    assert stock.ok and stock.decisions == 0 and stock.extra["weighted_cost"] >= 0
+    assert np.isfinite(priority.reward(stock, res))
+    assert priority.reward(stock, stock) == 0.0
+
+
+def test_a_problem_refuses_a_policy_of_another_advisor(compiler, small_job):
+    with pytest.raises(ValueError, match="priority advisor"):
+        registry.problem("regalloc-evict").compile(compiler, small_job, WeightPriority(),
+                                                   CompileSettings())

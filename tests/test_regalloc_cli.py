@@ -65,6 +65,8 @@ def test_train_es_writes_policies_scalars_and_split(small_corpus, tmp_path):
     split = json.loads((out / "split.json").read_text())
     assert sorted(split["train"] + split["validation"] + split["heldout"]) == sorted(MODULES)
     assert len((out / "scalars.jsonl").read_text().splitlines()) == 2
+    # the same scalars as TensorBoard events (tensorboard is a test dependency)
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     policy = load_eviction_policy(out / "best")
     assert policy.hyperparameters["algorithm"] == "es"
     assert policy.hyperparameters["es"]["population"] == 1

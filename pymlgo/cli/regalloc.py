@@ -76,11 +76,17 @@ def run_train(args: argparse.Namespace, problem: Problem) -> int:
     from pymlgo.corpus.format import CorpusError
     from pymlgo.corpus.split import split_by_module
     from pymlgo.evaluate.eval import corpus_jobs
+    from pymlgo.problems.regalloc.problem import RegallocProblem
     from pymlgo.toolchain.compiler import CompilerError, find_compiler
     from pymlgo.train.regalloc_run import train_regalloc
     from pymlgo.workers import ExecutorError, make_executor
     from pymlgo.workers.protocol import WorkSpec
 
+    if not isinstance(problem, RegallocProblem) or problem.advisor != "evict":
+        print(f"mlgo train: no trainer for --problem {problem.name} yet (the register "
+              "allocation loop, train/regalloc_run.py, learns eviction policies)",
+              file=sys.stderr)
+        return 2
     try:
         config, validation, heldout = _config(args)
         compiler = find_compiler(args.clang)
@@ -105,7 +111,7 @@ def run_train(args: argparse.Namespace, problem: Problem) -> int:
         with make_executor(args.cluster, workers) as executor:
             result = train_regalloc(executor, compiler, [jobs[m] for m in split.train],
                                     [jobs[m] for m in split.validation], config, spec=spec,
-                                    output_dir=out, log=log)
+                                    output_dir=out, log=log, tensorboard=args.tensorboard)
     except (CorpusError, CompilerError, ExecutorError, ValueError, OSError,
             tomllib.TOMLDecodeError) as exc:
         print(f"mlgo train: {exc}", file=sys.stderr)

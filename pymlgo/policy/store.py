@@ -240,10 +240,10 @@ def load_policy(spec: str, *, problem: Problem | str = DEFAULT, seed: int = 0) -
         codec = importlib.import_module(registered(problem).policy_codec)
     except UnknownProblemError as exc:
         raise PolicyLoadError(f"no policies for {exc}") from None
-    return codec.load_spec(spec, seed=seed)  # type: ignore[no-any-return]
+    return codec.load_spec(spec, seed=seed, problem=registered(problem))  # type: ignore[no-any-return]
 
 
-def load_spec(spec: str, *, seed: int = 0) -> Policy:
+def load_spec(spec: str, *, seed: int = 0, problem: Problem | None = None) -> Policy:
     """An inlining policy spec: a built-in (default, never, always, random:P[:SEED]),
     `pretrained:NAME`, or a saved policy directory. `seed` seeds stochastic policies.
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pymlgo.problems.base import Problem
 from pymlgo.problems.inlining.problem import INLINING
-from pymlgo.problems.regalloc.problem import REGALLOC_EVICT
+from pymlgo.problems.regalloc.problem import REGALLOC_EVICT, REGALLOC_PRIORITY
 
-PROBLEMS: tuple[Problem, ...] = (INLINING, REGALLOC_EVICT)
+PROBLEMS: tuple[Problem, ...] = (INLINING, REGALLOC_EVICT, REGALLOC_PRIORITY)
 DEFAULT: Problem = INLINING
 
 

@@ -19,8 +19,10 @@ from pymlgo.problems.regalloc.advice import Advisor
 from pymlgo.problems.regalloc.compile import (
     CORRECTED_KEY,
     COST_KEY,
+    advisor_of,
     compile_baseline,
     compile_with_policy,
+    is_stock,
 )
 from pymlgo.problems.regalloc.reward import relative_change
 from pymlgo.toolchain.compiler import Compiler
@@ -43,6 +45,10 @@ class RegallocProblem:
 
     def compile(self, compiler: Compiler, job: CompileJob, policy: Policy | None,
                 settings: CompileSettings) -> ModuleResult:
+        if not is_stock(policy) and advisor_of(policy) != self.advisor:
+            assert policy is not None
+            raise ValueError(f"policy {policy.name!r} answers the {advisor_of(policy)} "
+                             f"advisor, not the {self.advisor} advisor of {self.name}")
         if policy is None:
             return compile_baseline(compiler, job, timeout=settings.timeout,
                                     edits=settings.edits, size_metric=settings.size_metric,
@@ -68,3 +74,8 @@ REGALLOC_EVICT = RegallocProblem(
     summary="regalloc-evict (alias regalloc): -O2 with POLICY answering the register "
     "allocator's eviction advisor; reward: the allocator's block-frequency weighted "
     "spill/reload/copy cost vs the stock advisor")
+
+REGALLOC_PRIORITY = RegallocProblem(
+    name="regalloc-priority", advisor="priority",
+    summary="regalloc-priority: -O2 with POLICY giving the register allocator's queue "
+    "priorities (float32 `priority` from li_size, stage, weight); reward as regalloc-evict")
