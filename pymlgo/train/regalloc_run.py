@@ -119,7 +119,10 @@ def train_regalloc(
                else initial_policy(config.seed, config.hidden)).greedy()
     algo = make_algorithm(config, initial)
     # scalars.jsonl (started afresh) and, if wanted and installed, TensorBoard: as for inlining
-    scalar_log = ScalarLog(output_dir, -1, tensorboard) if output_dir is not None else None
+    scalar_log = None
+    if output_dir is not None:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        scalar_log = ScalarLog(output_dir, -1, tensorboard)
 
     def record(entry: dict[str, float]) -> None:
         history.append(entry)
