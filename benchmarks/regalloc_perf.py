@@ -28,7 +28,7 @@ from tqdm import tqdm
 from pymlgo.corpus.demo import ensure_demo_corpus
 from pymlgo.corpus.format import load_corpus
 from pymlgo.evaluate.eval import corpus_jobs
-from pymlgo.policy.regalloc import load_regalloc_policy
+from pymlgo.policy.regalloc import load_spec
 from pymlgo.problems.base import ModuleResult
 from pymlgo.problems.regalloc.policies import builtin_policy
 from pymlgo.problems.regalloc.program import (
@@ -68,7 +68,7 @@ def perf_report(policy_spec: str, *, program: str = "codec", repeat: int = 5,
     driver, prefixes, run_args, cg_args = PROGRAMS[program]
     all_jobs = corpus_jobs(corpus)
     jobs = [j for j in all_jobs if j.module.startswith(prefixes)]
-    policy = load_regalloc_policy(policy_spec, seed=0)
+    policy = load_spec(policy_spec, seed=0)
     out: dict[str, object] = {"program": program, "policy": policy_spec,
                               "modules": len(jobs), "input_bytes": int(run_args[0]),
                               "callgrind_input_bytes": int(cg_args[0])}

@@ -21,11 +21,10 @@ import numpy as np
 
 from pymlgo.corpus.demo import ensure_demo_corpus
 from pymlgo.corpus.format import load_corpus
-from pymlgo.evaluate.eval import corpus_jobs
-from pymlgo.policy.regalloc import load_regalloc_policy
-from pymlgo.problems.regalloc.evaluate import evaluate_regalloc
+from pymlgo.evaluate.eval import corpus_jobs, evaluate
+from pymlgo.policy.regalloc import load_spec
 from pymlgo.toolchain.compiler import find_compiler
-from pymlgo.workers import make_executor
+from pymlgo.workers import WorkSpec, make_executor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from regalloc_perf import perf_report  # noqa: E402
@@ -43,14 +42,16 @@ def main() -> int:
     args = ap.parse_args()
     split = json.loads((args.run / "split.json").read_text())
     spec = args.policy or str(args.run / "best")
-    policy = load_regalloc_policy(spec)
+    policy = load_spec(spec)
     compiler = find_compiler(None)
     jobs = corpus_jobs(load_corpus(ensure_demo_corpus()), split["heldout"])
     with make_executor(None, args.workers) as executor:
-        report = evaluate_regalloc(executor, compiler, jobs, policy)
-    total = report.to_json()["total"]
-    ratios = [m.policy_cost / m.baseline_cost for m in report.ok_modules
-              if m.baseline_cost and m.policy_cost is not None]
+        report = evaluate(executor, compiler, jobs, policy,
+                          spec=WorkSpec(problem="regalloc-evict"))
+    doc = report.to_json()
+    total = doc["total"]
+    ratios = [m["policy_cost"] / m["baseline_cost"] for m in doc["modules"]
+              if m["error"] is None and m["baseline_cost"] and m["policy_cost"] is not None]
     out: dict[str, object] = {
         "policy": spec,
         "heldout_modules": len(jobs),

@@ -17,11 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from pymlgo.corpus.command import FlagEdits
 from pymlgo.corpus.demo import ensure_demo_corpus
 from pymlgo.corpus.format import load_corpus
 from pymlgo.evaluate.eval import corpus_jobs
-from pymlgo.problems.regalloc.compile import _argv
+from pymlgo.problems.compile import compile_argv
+from pymlgo.problems.regalloc.compile import OPT_LEVEL, remark_flags
 from pymlgo.problems.regalloc.remarks import read_remarks, remark_file
 from pymlgo.toolchain import run
 from pymlgo.toolchain.compiler import find_compiler
@@ -43,7 +43,7 @@ def main() -> int:
         for job in jobs:
             work = tmp / job.module.replace("/", "__")
             work.mkdir()
-            argv, _ = _argv(compiler, job, work, FlagEdits(), ())
+            argv = compile_argv(compiler, job, work, OPT_LEVEL, remark_flags(remark_file(work)))
             t0 = time.perf_counter()
             res = run.run(argv, cwd=work, timeout=600)
             compile_s = time.perf_counter() - t0

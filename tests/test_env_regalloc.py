@@ -11,7 +11,7 @@ from gymnasium.utils.env_checker import check_env
 
 import pymlgo.env
 from pymlgo.env import RegallocEvictionEnv, ReplayPolicy
-from pymlgo.problems.regalloc.evaluate import evaluate_regalloc
+from pymlgo.evaluate.eval import evaluate
 from pymlgo.problems.regalloc.reward import COST_FLOOR, relative_change
 from pymlgo.protocol.channel import fifo_paths
 from pymlgo.workers import WorkSpec, make_executor
@@ -64,19 +64,18 @@ def test_random_masked_episode_reward_matches_mlgo_eval_of_the_same_decisions(en
     # `mlgo eval --problem regalloc`'s path, answering with the episode's actions
     job = next(j for j in env.jobs if j.module == MODULE)
     with make_executor(None, 1) as executor:
-        report = evaluate_regalloc(executor, compiler, [job],
-                                   ReplayPolicy({MODULE: tuple(sent)}),
-                                   spec=WorkSpec(problem="regalloc"))
-    (row,) = report.modules
-    assert row.error is None
-    assert (row.policy_bytes, row.baseline_bytes) == (info["size"], info["baseline_size"])
-    assert row.decisions == len(sent) and row.invalid_advice == 0
-    assert row.policy_cost == pytest.approx(info["weighted_cost"])
-    assert row.baseline_cost == pytest.approx(info["baseline_cost"])
+        report = evaluate(executor, compiler, [job], ReplayPolicy({MODULE: tuple(sent)}),
+                          spec=WorkSpec(problem="regalloc"))
+    (row,) = report.to_json()["modules"]
+    assert row["error"] is None
+    assert (row["policy_bytes"], row["baseline_bytes"]) == (info["size"], info["baseline_size"])
+    assert row["decisions"] == len(sent) and row["invalid_advice"] == 0
+    assert row["policy_cost"] == pytest.approx(info["weighted_cost"])
+    assert row["baseline_cost"] == pytest.approx(info["baseline_cost"])
     # above the floor the env's reward is eval's relative cost change, negated
-    assert row.baseline_cost >= COST_FLOOR
-    assert row.cost_change is not None and row.cost_change != 0.0
-    assert reward == pytest.approx(-row.cost_change)
+    assert row["baseline_cost"] >= COST_FLOOR
+    assert row["cost_change"] is not None and row["cost_change"] != 0.0
+    assert reward == pytest.approx(-row["cost_change"])
 
 
 def test_an_action_outside_the_mask_is_corrected_not_sent(env):

@@ -35,7 +35,7 @@ def test_eval_reports_the_inlining_schema_plus_weighted_costs(small_corpus, tmp_
                "no-evict", "--json", str(out), "--workers", "2"])
     assert rc == 0
     report = json.loads(out.read_text())
-    assert report["problem"] == "regalloc" and report["policy"] == "no-evict"
+    assert report["problem"] == "regalloc-evict" and report["policy"] == "no-evict"
     assert {m["name"] for m in report["modules"]} == set(MODULES)
     row = report["modules"][0]
     assert {"name", "baseline_bytes", "policy_bytes", "decisions", "error"} <= set(row)
@@ -65,6 +65,8 @@ def test_train_es_writes_policies_scalars_and_split(small_corpus, tmp_path):
     split = json.loads((out / "split.json").read_text())
     assert sorted(split["train"] + split["validation"] + split["heldout"]) == sorted(MODULES)
     assert len((out / "scalars.jsonl").read_text().splitlines()) == 2
+    # the same scalars as TensorBoard events (tensorboard is a test dependency)
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     policy = load_eviction_policy(out / "best")
     assert policy.hyperparameters["algorithm"] == "es"
     assert policy.hyperparameters["es"]["population"] == 1

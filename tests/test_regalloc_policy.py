@@ -20,9 +20,9 @@ from pymlgo.policy.regalloc import (
     encode,
     initial_policy,
     load_eviction_policy,
-    load_regalloc_policy,
+    load_spec,
     masked_log_softmax,
-    save_eviction_policy,
+    save_policy,
 )
 from pymlgo.problems.regalloc.policies import heuristic_choice
 
@@ -95,23 +95,23 @@ def test_sampling_is_fixed_by_seed_and_module():
 
 def test_save_load_round_trip_is_exact_and_byte_deterministic(tmp_path):
     policy = initial_policy(11, hidden=(8, 4))
-    save_eviction_policy(policy, tmp_path / "p")
-    save_eviction_policy(policy, tmp_path / "q")
+    save_policy(policy, tmp_path / "p")
+    save_policy(policy, tmp_path / "q")
     assert (tmp_path / "p/policy.json").read_bytes() == (tmp_path / "q/policy.json").read_bytes()
     loaded = load_eviction_policy(tmp_path / "p")
     assert (loaded.network.flat() == policy.network.flat()).all()
     assert loaded.hidden == (8, 4) and loaded.required_features == REQUIRED_FEATURES
-    by_spec = load_regalloc_policy(str(tmp_path / "p"), seed=3)
+    by_spec = load_spec(str(tmp_path / "p"), seed=3)
     assert by_spec.name == str(tmp_path / "p") and by_spec.seed == 3
 
 
 def test_unknown_specs_and_foreign_files_are_refused(tmp_path):
     with pytest.raises(RegallocPolicyError, match="unknown regalloc policy"):
-        load_regalloc_policy("no-such-policy")
+        load_spec("no-such-policy")
     (tmp_path / "policy.json").write_text('{"format": "pymlgo-policy"}')
     with pytest.raises(RegallocPolicyError, match="not a pymlgo-regalloc-policy"):
         load_eviction_policy(tmp_path)
-    assert load_regalloc_policy("heuristic").name == "heuristic"
+    assert load_spec("heuristic").name == "heuristic"
 
 
 def test_the_policy_path_does_not_import_torch():

@@ -8,14 +8,13 @@ import numpy as np
 import pytest
 
 from pymlgo.corpus.format import load_corpus
-from pymlgo.evaluate.eval import corpus_jobs
+from pymlgo.evaluate.eval import corpus_jobs, evaluate
 from pymlgo.policy.regalloc import initial_policy, load_eviction_policy
 from pymlgo.problems.base import CompileJob, ModuleResult
 from pymlgo.problems.regalloc.compile import FUNCTION_PREFIX
-from pymlgo.problems.regalloc.evaluate import evaluate_regalloc
 from pymlgo.train.regalloc_es import RegallocESConfig
 from pymlgo.train.regalloc_run import SCALARS_FILE, RegallocTrainConfig, train_regalloc
-from pymlgo.workers import make_executor
+from pymlgo.workers import WorkSpec, make_executor
 
 # small modules (well under a second each) that have spill code and eviction decisions
 TRAIN = ("zstd/lib/compress/hist", "brotli/c/enc/compound_dictionary",
@@ -61,8 +60,8 @@ def test_es_trains_saves_and_is_reproducible(executor, compiler, jobs, tmp_path)
         assert ((tmp_path / "a" / name / "policy.json").read_bytes()
                 == (tmp_path / "b" / name / "policy.json").read_bytes())
     # the trained policy evaluates like any other: weighted costs vs the stock advisor
-    report = evaluate_regalloc(executor, compiler, [jobs[m] for m in VALIDATION],
-                               result.final)
+    report = evaluate(executor, compiler, [jobs[m] for m in VALIDATION], result.final,
+                      spec=WorkSpec(problem="regalloc"))
     total = report.to_json()["total"]
     assert len(report.ok_modules) == 2 and total["baseline_cost"] > 0
     assert total["invalid_advice"] == 0 and total["cost_change"] > -1.0

@@ -1,4 +1,5 @@
-"""`mlgo eval`: size of every corpus module with a policy vs plain -Oz."""
+"""`mlgo eval`: every corpus module with a policy vs the problem's baseline (-Oz for
+inlining, the stock advisor for register allocation)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from pymlgo.cli import common
 from pymlgo.evaluate.eval import corpus_jobs, evaluate, format_table
 from pymlgo.policy.store import load_policy
+from pymlgo.problems import registry
 from pymlgo.protocol.features import FeatureMismatchError
 from pymlgo.toolchain.compiler import CompilerError, find_compiler
 from pymlgo.workers import make_executor
@@ -28,7 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "table (with the code and unwind-table deltas), the total change "
             "(policy/baseline - 1), the totals by section group, by every size metric and "
             "by module size, and the guarded total (per module the smaller of policy and "
-            "-Oz). A module that fails or times out is reported and left out of the totals."
+            "-Oz). A module that fails or times out is reported and left out of the totals. "
+            "With --problem regalloc-evict the baseline is -O2 with the stock eviction "
+            "advisor, and the table adds the allocator's weighted spill/reload/copy cost."
         ),
     )
     common.add_corpus_arg(p)
@@ -37,13 +41,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="default (clang's heuristic through the channel), never, always, "
         "random:P[:SEED], pretrained:NAME, or a saved policy directory (default: default)",
     )
-    p.add_argument("--problem", default="inlining", choices=["inlining", "regalloc"],
-                   help="which optimization the policy drives (default: inlining). "
-                   "regalloc: -O2 with POLICY answering the register allocator's eviction "
-                   "advisor (default = the stock advisor, random[:SEED], no-evict, heuristic, "
-                   "priority:size, priority:random[:SEED], or a saved regalloc policy "
-                   "directory); the report adds the allocator's weighted spill/reload/copy "
-                   "cost (baseline_cost, policy_cost, cost_change)")
+    p.add_argument("--problem", default=registry.DEFAULT.name, choices=registry.names(),
+                   help=f"which optimization the policy drives (default: "
+                   f"{registry.DEFAULT.name}). {registry.help_text()}. Eviction policies: "
+                   "default (the stock advisor), random[:SEED], no-evict, heuristic, or a "
+                   "saved regalloc policy directory; priority policies: default, "
+                   "random[:SEED], size. The register allocation reports add the weighted "
+                   "cost (baseline_cost, policy_cost, cost_change) next to the bytes")
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic policies")
     p.add_argument("--json", type=Path, default=None, metavar="OUT",
                    help="also write the full report as JSON to OUT")
@@ -58,14 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.problem == "regalloc":
-        from pymlgo.cli.regalloc import run_eval
-
-        if common.has_flag_args(args):
-            print("mlgo eval: the compile flag options apply to --problem inlining only",
-                  file=sys.stderr)
-            return 2
-        return run_eval(args)
+    problem = registry.problem(args.problem)
     if args.memory_limit is not None and args.memory_limit < 1:
         print("mlgo eval: --memory-limit must be >= 1 (MiB)", file=sys.stderr)
         return 2
@@ -74,14 +71,14 @@ def run(args: argparse.Namespace) -> int:
             common.check_writable(args.json)  # not only after the whole run
         flags = common.compile_config(args)
         compiler = find_compiler(args.clang)
-        policy = load_policy(args.policy, problem=args.problem, seed=args.seed)
+        policy = load_policy(args.policy, problem=problem, seed=args.seed)
         corpus = common.resolve_corpus(args.corpus, command_override=flags.command_override,
                                        clang=args.clang)
     except (CompilerError, ValueError, OSError) as exc:
         print(f"mlgo eval: {exc}", file=sys.stderr)
         return 2
     jobs = corpus_jobs(corpus)
-    spec = WorkSpec(problem=args.problem, clang=str(compiler.path) if not compiler.bundled
+    spec = WorkSpec(problem=problem, clang=str(compiler.path) if not compiler.bundled
                     else None, timeout=args.timeout, memory_mb=args.memory_limit,
                     edits=flags.flag_edits(),
                     size_metric=common.size_metric(args))

@@ -1,7 +1,6 @@
-"""`mlgo eval --problem regalloc` and `mlgo train --problem regalloc` (the eviction advisor).
+"""`mlgo train --problem regalloc-evict`: the register allocation problems' training loop.
 
-Not a subcommand of its own: `cli/eval.py` and `cli/train.py` hand over here when
-`--problem regalloc` is given, with the arguments they parsed.
+Not a subcommand of its own: `cli/train.py` hands over here, with the arguments it parsed.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pymlgo.cli import common
+from pymlgo.problems.base import Problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -21,44 +21,6 @@ else:  # pragma: no cover - Python 3.10
 
 SPLIT_FILE = "split.json"
 _VALIDATION, _HELDOUT = 0.15, 0.2  # as `mlgo train` splits for inlining
-
-
-def run_eval(args: argparse.Namespace) -> int:
-    from pymlgo.evaluate.eval import corpus_jobs
-    from pymlgo.policy.regalloc import load_regalloc_policy
-    from pymlgo.problems.regalloc.evaluate import evaluate_regalloc, format_table
-    from pymlgo.protocol.features import FeatureMismatchError
-    from pymlgo.toolchain.compiler import CompilerError, find_compiler
-    from pymlgo.workers import make_executor
-    from pymlgo.workers.protocol import WorkSpec
-
-    try:
-        compiler = find_compiler(args.clang)
-        policy = load_regalloc_policy(args.policy, seed=args.seed)
-        corpus = common.resolve_corpus(args.corpus)
-    except (CompilerError, ValueError, OSError) as exc:
-        print(f"mlgo eval: {exc}", file=sys.stderr)
-        return 2
-    jobs = corpus_jobs(corpus)
-    spec = WorkSpec(problem="regalloc", clang=None if compiler.bundled else str(compiler.path),
-                    timeout=args.timeout,
-                    size_metric=common.size_metric(args))
-    bar, on_result = common.progress(2 * len(jobs), f"eval regalloc {policy.name}")
-    try:
-        with make_executor(args.cluster, common.default_workers(args.workers)) as executor:
-            report = evaluate_regalloc(executor, compiler, jobs, policy, spec=spec,
-                                       on_result=on_result)
-    except FeatureMismatchError as exc:
-        print(f"mlgo eval: policy {policy.name!r} cannot run on {compiler.path}: {exc}",
-              file=sys.stderr)
-        return 2
-    finally:
-        bar.close()
-    print(format_table(report))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    return 0 if report.ok_modules else 1
 
 
 def _config(args: argparse.Namespace) -> tuple[Any, float, float]:
@@ -110,15 +72,21 @@ def _config(args: argparse.Namespace) -> tuple[Any, float, float]:
             float(split.get("heldout", _HELDOUT)))
 
 
-def run_train(args: argparse.Namespace) -> int:
+def run_train(args: argparse.Namespace, problem: Problem) -> int:
     from pymlgo.corpus.format import CorpusError
     from pymlgo.corpus.split import split_by_module
     from pymlgo.evaluate.eval import corpus_jobs
+    from pymlgo.problems.regalloc.problem import RegallocProblem
     from pymlgo.toolchain.compiler import CompilerError, find_compiler
     from pymlgo.train.regalloc_run import train_regalloc
     from pymlgo.workers import ExecutorError, make_executor
     from pymlgo.workers.protocol import WorkSpec
 
+    if not isinstance(problem, RegallocProblem) or problem.advisor != "evict":
+        print(f"mlgo train: no trainer for --problem {problem.name} yet (the register "
+              "allocation loop, train/regalloc_run.py, learns eviction policies)",
+              file=sys.stderr)
+        return 2
     try:
         config, validation, heldout = _config(args)
         compiler = find_compiler(args.clang)
@@ -129,7 +97,7 @@ def run_train(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / SPLIT_FILE).write_text(json.dumps(split.to_dict(), indent=1) + "\n")
         jobs = {j.module: j for j in corpus_jobs(corpus, (*split.train, *split.validation))}
-        spec = WorkSpec(problem="regalloc",
+        spec = WorkSpec(problem=problem,
                         clang=None if compiler.bundled else str(compiler.path),
                         timeout=args.timeout)
         workers = common.default_workers(args.workers) if args.cluster is None else args.workers
@@ -143,7 +111,7 @@ def run_train(args: argparse.Namespace) -> int:
         with make_executor(args.cluster, workers) as executor:
             result = train_regalloc(executor, compiler, [jobs[m] for m in split.train],
                                     [jobs[m] for m in split.validation], config, spec=spec,
-                                    output_dir=out, log=log)
+                                    output_dir=out, log=log, tensorboard=args.tensorboard)
     except (CorpusError, CompilerError, ExecutorError, ValueError, OSError,
             tomllib.TOMLDecodeError) as exc:
         print(f"mlgo train: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ from pymlgo.cli import common
 from pymlgo.evaluate.eval import corpus_jobs
 from pymlgo.evaluate.trace import TraceSummary, trace_corpus
 from pymlgo.policy.store import load_policy
+from pymlgo.problems.inlining.problem import INLINING
 from pymlgo.protocol.features import FeatureMismatchError
 from pymlgo.toolchain.compiler import CompilerError, find_compiler
 from pymlgo.workers.protocol import Executor, ExecutorError, WorkSpec
@@ -53,9 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--problem",
-        default="inlining",
-        choices=["inlining"],
-        help="which optimization the policy drives (default: inlining)",
+        default=INLINING.name,
+        choices=[INLINING.name],
+        help=f"which optimization the policy drives (default: {INLINING.name}; traces are "
+        "written for the inliner only)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic policies")
     common.add_size_metric_arg(p)

@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from pymlgo.corpus.command import recompile_args
 from pymlgo.env.base import CompilerEnv
 from pymlgo.env.session import CompilerSession
-from pymlgo.evaluate.baseline import BaselineCache, baseline_key
+from pymlgo.evaluate.baseline import BaselineCache, baseline_result
 from pymlgo.problems.base import CompileJob
-from pymlgo.problems.inlining.compile import OPT_LEVEL, channel_flags, compile_baseline
+from pymlgo.problems.compile import compile_argv
+from pymlgo.problems.inlining.compile import OPT_LEVEL, channel_flags
+from pymlgo.problems.inlining.problem import INLINING
 from pymlgo.protocol.log import Header, Observation
 from pymlgo.toolchain.size import object_size
 from pymlgo.workers.protocol import WorkSpec
@@ -36,18 +37,13 @@ class InliningEnv(CompilerEnv):
         self._baselines: dict[str, int] = {}
         super().__init__(*args, **kwargs)
         self._cache = BaselineCache()
-        self._spec = WorkSpec(problem="inlining",
+        self._spec = WorkSpec(problem=INLINING,
                               clang=None if self.compiler.bundled else str(self.compiler.path),
-                              size_metric=self.config.size_metric)
+                              timeout=self.config.timeout, size_metric=self.config.size_metric)
 
     def command(self, job: CompileJob, session: CompilerSession) -> list[str]:
-        bc, obj = session.tmp / "module.bc", session.tmp / "module.o"
-        bc.write_bytes(job.bitcode)
-        return [
-            *self.compiler.clang_argv,
-            *recompile_args(job.cmd, input_bc=str(bc), output_obj=str(obj), opt_level=OPT_LEVEL),
-            *channel_flags(session.base),
-        ]
+        return compile_argv(self.compiler, job, session.tmp, OPT_LEVEL,
+                            channel_flags(session.base))
 
     def make_action_space(self, header: Header) -> spaces.Discrete:
         return spaces.Discrete(2)
@@ -67,18 +63,10 @@ class InliningEnv(CompilerEnv):
     def baseline_size(self, job: CompileJob) -> int:
         """The module's plain -Oz bytes by the configured size metric (disk cache shared
         with `mlgo eval`)."""
-        if job.module in self._baselines:
-            return self._baselines[job.module]
-        key = baseline_key(self.compiler, self._spec, job)
-        sizes = self._cache.get(key)
-        if sizes is None:
-            res = compile_baseline(self.compiler, job, timeout=self.config.timeout)
-            if res.sizes is None:
-                raise RuntimeError(f"-Oz baseline of {job.module} failed: {res.error}")
-            sizes = res.sizes
-            self._cache.put(key, sizes)
-        size = self._baselines[job.module] = sizes.metric(self.config.size_metric)
-        return size
+        if job.module not in self._baselines:
+            res = baseline_result(self.compiler, self._spec, job, self._cache)
+            self._baselines[job.module] = int(res.size or 0)
+        return self._baselines[job.module]
 
     def final_info(self, job: CompileJob, session: CompilerSession) -> tuple[float, dict[str, Any]]:
         size = object_size(session.tmp / "module.o").metric(self.config.size_metric)

@@ -17,20 +17,14 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from pymlgo.corpus.command import recompile_args
 from pymlgo.env.base import CompilerEnv
 from pymlgo.env.session import CompilerSession
-from pymlgo.evaluate.baseline import baseline_key
+from pymlgo.evaluate.baseline import BaselineCache, baseline_result
 from pymlgo.problems.base import CompileJob, ModuleResult
+from pymlgo.problems.compile import compile_argv
 from pymlgo.problems.regalloc.advice import EVICT_ADVICE, MASK_FEATURE, valid_eviction
-from pymlgo.problems.regalloc.compile import (
-    COST_KEY,
-    OPT_LEVEL,
-    channel_flags,
-    compile_baseline,
-    remark_flags,
-)
-from pymlgo.problems.regalloc.evaluate import PROBLEM, RegallocBaselineCache
+from pymlgo.problems.regalloc.compile import COST_KEY, OPT_LEVEL, channel_flags, remark_flags
+from pymlgo.problems.regalloc.problem import REGALLOC_EVICT
 from pymlgo.problems.regalloc.remarks import read_remarks, remark_file
 from pymlgo.problems.regalloc.reward import relative_change
 from pymlgo.protocol.features import select_features
@@ -46,20 +40,15 @@ class RegallocEvictionEnv(CompilerEnv):
         if self.header.advice is None or self.header.advice.name != EVICT_ADVICE:
             raise ValueError(f"expected advice {EVICT_ADVICE!r} from the eviction channel")
         self._mask_at = select_features(self.header.features, [MASK_FEATURE])[0]
-        self._cache = RegallocBaselineCache()
-        self._spec = WorkSpec(problem=PROBLEM,
+        self._cache = BaselineCache()
+        self._spec = WorkSpec(problem=REGALLOC_EVICT,
                               clang=None if self.compiler.bundled else str(self.compiler.path),
-                              size_metric=self.config.size_metric)
+                              timeout=self.config.timeout, size_metric=self.config.size_metric)
 
     def command(self, job: CompileJob, session: CompilerSession) -> list[str]:
-        bc, obj = session.tmp / "module.bc", session.tmp / "module.o"
-        bc.write_bytes(job.bitcode)
-        return [
-            *self.compiler.clang_argv,
-            *recompile_args(job.cmd, input_bc=str(bc), output_obj=str(obj), opt_level=OPT_LEVEL),
-            *remark_flags(remark_file(session.tmp)),
-            *channel_flags("evict", session.base),
-        ]
+        return compile_argv(self.compiler, job, session.tmp, OPT_LEVEL,
+                            [*remark_flags(remark_file(session.tmp)),
+                             *channel_flags(REGALLOC_EVICT.advisor, session.base)])
 
     def make_action_space(self, header: Header) -> spaces.Discrete:
         mask = header.features[select_features(header.features, [MASK_FEATURE])[0]]
@@ -80,18 +69,10 @@ class RegallocEvictionEnv(CompilerEnv):
     def baseline(self, job: CompileJob) -> ModuleResult:
         """The stock advisor's result (size and remark costs; disk cache shared with
         `mlgo eval --problem regalloc`)."""
-        if job.module in self._baselines:
-            return self._baselines[job.module]
-        key = baseline_key(self.compiler, self._spec, job)
-        res = self._cache.get(key, job.module)
-        if res is None:
-            res = compile_baseline(self.compiler, job, timeout=self.config.timeout,
-                                   size_metric=self.config.size_metric)
-            if res.size is None:
-                raise RuntimeError(f"stock-advisor baseline of {job.module} failed: {res.error}")
-            self._cache.put(key, res)
-        self._baselines[job.module] = res
-        return res
+        if job.module not in self._baselines:
+            self._baselines[job.module] = baseline_result(self.compiler, self._spec, job,
+                                                          self._cache)
+        return self._baselines[job.module]
 
     def final_info(self, job: CompileJob, session: CompilerSession) -> tuple[float, dict[str, Any]]:
         size = object_size(session.tmp / "module.o").metric(self.config.size_metric)

@@ -1,14 +1,15 @@
-"""Evaluate a policy on a corpus: per-module size vs the -Oz baseline, and the total."""
+"""Evaluate a policy on a corpus: per module its bytes (and whatever else the problem
+measures, e.g. regalloc's weighted spill cost) vs the problem's baseline, and the totals."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pymlgo.corpus.format import Corpus
 from pymlgo.evaluate.baseline import baseline_results
-from pymlgo.problems.base import CompileJob, ModuleResult, Policy
+from pymlgo.problems.base import CompileJob, Measure, ModuleResult, Policy
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, METRIC_MEANING, ObjectSize, total
 from pymlgo.workers.protocol import Executor, WorkSpec
@@ -38,6 +39,9 @@ class ModuleRow:
     error: str | None
     baseline_sizes: ObjectSize | None = None  # by section group
     policy_sizes: ObjectSize | None = None
+    # the problem's measures (`Problem.measures`) and counters, by `extra` key
+    baseline_extra: Mapping[str, float] = field(default_factory=dict)
+    policy_extra: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def change(self) -> float | None:
@@ -45,15 +49,36 @@ class ModuleRow:
             return None
         return self.policy_bytes / self.baseline_bytes - 1.0
 
-    def to_json(self) -> dict[str, Any]:
+    def measured(self, measure: Measure) -> tuple[float | None, float | None]:
+        """(baseline, policy) value of `measure`; None on a side that failed."""
+        if self.error:
+            return None, None
+        return self.baseline_extra.get(measure.key), self.policy_extra.get(measure.key)
+
+    def measure_change(self, measure: Measure) -> float | None:
+        base, pol = self.measured(measure)
+        if base is None or pol is None:
+            return None
+        if not base:
+            return 0.0 if not pol else None
+        return pol / base - 1.0
+
+    def to_json(self, measures: Sequence[Measure] = (),
+                counters: Sequence[str] = ()) -> dict[str, Any]:
         def detail(sizes: ObjectSize | None) -> dict[str, Any] | None:
             return None if sizes is None else {"groups": sizes.groups(),
                                                "metrics": sizes.metrics(), "bss": sizes.bss}
 
-        return {"name": self.name, "baseline_bytes": self.baseline_bytes,
-                "policy_bytes": self.policy_bytes, "decisions": self.decisions,
-                "error": self.error, "baseline": detail(self.baseline_sizes),
-                "policy": detail(self.policy_sizes)}
+        out = {"name": self.name, "baseline_bytes": self.baseline_bytes,
+               "policy_bytes": self.policy_bytes, "decisions": self.decisions,
+               "error": self.error, "baseline": detail(self.baseline_sizes),
+               "policy": detail(self.policy_sizes)}
+        for m in measures:
+            out[f"baseline_{m.field}"], out[f"policy_{m.field}"] = self.measured(m)
+            out[f"{m.field}_change"] = self.measure_change(m)
+        for c in counters:
+            out[c] = int(self.policy_extra.get(c, 0))
+        return out
 
 
 @dataclass(frozen=True)
@@ -63,6 +88,9 @@ class EvalReport:
     compiler: dict[str, str]
     modules: tuple[ModuleRow, ...]
     size_metric: str = DEFAULT_SIZE_METRIC  # what `*_bytes` count (`toolchain.size`)
+    measures: tuple[Measure, ...] = ()  # what the problem measures besides bytes
+    counters: tuple[str, ...] = ()
+    baseline_label: str = "-Oz"
 
     @property
     def ok_modules(self) -> tuple[ModuleRow, ...]:
@@ -118,23 +146,35 @@ class EvalReport:
                          "change": _change(b, p)}
         return out
 
+    def measure_totals(self, measure: Measure) -> tuple[float, float]:
+        """(baseline, policy) sums of `measure` over the modules that succeeded."""
+        pairs = [m.measured(measure) for m in self.ok_modules]
+        return sum(b or 0.0 for b, _ in pairs), sum(p or 0.0 for _, p in pairs)
+
     def to_json(self) -> dict[str, Any]:
+        total: dict[str, Any] = {
+            "baseline_bytes": self.baseline_total,
+            "policy_bytes": self.policy_total,
+            "change": self.change,
+            "guarded_bytes": self.guarded_total,
+            "guarded_change": _change(self.baseline_total, self.guarded_total),
+            "by_group": self.by_group(),
+            "by_metric": self.by_metric(),
+            "by_size_bucket": self.by_bucket(),
+        }
+        for m in self.measures:
+            base, pol = self.measure_totals(m)
+            total.update({f"baseline_{m.field}": base, f"policy_{m.field}": pol,
+                          f"{m.field}_change": pol / base - 1.0 if base else 0.0})
+        for c in self.counters:
+            total[c] = sum(int(m.policy_extra.get(c, 0)) for m in self.ok_modules)
         return {
             "problem": self.problem,
             "policy": self.policy,
             "size_metric": self.size_metric,
             "compiler": dict(self.compiler),
-            "modules": [m.to_json() for m in self.modules],
-            "total": {
-                "baseline_bytes": self.baseline_total,
-                "policy_bytes": self.policy_total,
-                "change": self.change,
-                "guarded_bytes": self.guarded_total,
-                "guarded_change": _change(self.baseline_total, self.guarded_total),
-                "by_group": self.by_group(),
-                "by_metric": self.by_metric(),
-                "by_size_bucket": self.by_bucket(),
-            },
+            "modules": [m.to_json(self.measures, self.counters) for m in self.modules],
+            "total": total,
         }
 
 
@@ -158,41 +198,50 @@ def evaluate(
     spec: WorkSpec | None = None,
     on_result: Callable[[ModuleResult], None] | None = None,
 ) -> EvalReport:
-    """Compile every job with the baseline (cached) and with `policy`.
+    """Compile every job with the baseline of `spec.problem` (cached) and with `policy`.
 
     A module whose compile fails on either side gets `error` and is left out of the
     totals; the run goes on.
     """
     base = spec if spec is not None else WorkSpec(clang=None)
-    # Results stream through: per module only the few fields of its row are kept.
-    baselines: dict[str, tuple[int | None, str | None, ObjectSize | None]] = {}
+    problem = base.problem
+    wanted = {m.key for m in problem.measures} | set(problem.counters)
+
+    def keep(res: ModuleResult) -> ModuleResult:
+        # Results stream through: per module only the few fields of its row are kept.
+        extra = {k: v for k, v in res.extra.items() if k in wanted}
+        return ModuleResult(res.module, res.size, decisions=res.decisions, error=res.error,
+                            extra=extra, sizes=res.sizes)
+
+    baselines: dict[str, ModuleResult] = {}
     for res in baseline_results(executor, jobs, compiler, spec=base):
-        baselines[res.module] = (res.size, res.error, res.sizes)
+        baselines[res.module] = keep(res)
         if on_result:
             on_result(res)
-    pol_spec = replace(base, policy=policy, record=False)
-    results: dict[str, tuple[int | None, int, str | None, ObjectSize | None]] = {}
-    for res in executor.run(pol_spec, jobs):
-        results[res.module] = (res.size, res.decisions, res.error, res.sizes)
+    results: dict[str, ModuleResult] = {}
+    for res in executor.run(replace(base, policy=policy, record=False), jobs):
+        results[res.module] = keep(res)
         if on_result:
             on_result(res)
     rows = []
     for module in sorted(job.module for job in jobs):
         b, p = baselines.get(module), results.get(module)
-        errors = [f"baseline: {b[1] if b else 'no result'}" if b is None or b[1] else None,
-                  f"policy: {p[2] if p else 'no result'}" if p is None or p[2] else None]
-        err = "; ".join(e for e in errors if e) or None
+        errors = [f"baseline: {b.error if b else 'no result'}" if b is None or b.error else None,
+                  f"policy: {p.error if p else 'no result'}" if p is None or p.error else None]
         rows.append(ModuleRow(
             name=module,
-            baseline_bytes=b[0] if b else None,
-            policy_bytes=p[0] if p else None,
-            decisions=p[1] if p else 0,
-            error=err,
-            baseline_sizes=b[2] if b else None,
-            policy_sizes=p[3] if p else None,
+            baseline_bytes=b.size if b else None,
+            policy_bytes=p.size if p else None,
+            decisions=p.decisions if p else 0,
+            error="; ".join(e for e in errors if e) or None,
+            baseline_sizes=b.sizes if b else None,
+            policy_sizes=p.sizes if p else None,
+            baseline_extra=b.extra if b else {},
+            policy_extra=p.extra if p else {},
         ))
-    return EvalReport(base.problem, policy.name, compiler.describe(), tuple(rows),
-                      size_metric=base.size_metric)
+    return EvalReport(problem.name, policy.name, compiler.describe(), tuple(rows),
+                      size_metric=base.size_metric, measures=problem.measures,
+                      counters=problem.counters, baseline_label=problem.baseline_label)
 
 
 def _delta(base: ObjectSize | None, pol: ObjectSize | None, group: str) -> str:
@@ -201,13 +250,22 @@ def _delta(base: ObjectSize | None, pol: ObjectSize | None, group: str) -> str:
     return f"{getattr(pol, group) - getattr(base, group):+d}"
 
 
+def _pct(change: float | None) -> str:
+    return "n/a" if change is None else f"{change * 100:+.2f}%"
+
+
 def format_table(report: EvalReport) -> str:
-    """Per-module table (bytes by the report's metric; code and unwind-table deltas), the
-    total, and the totals by section group, by metric and by module size, for the terminal."""
+    """Per-module table (bytes by the report's metric; code and unwind-table deltas; the
+    problem's measures vs its baseline), the totals, and the totals by section group, by
+    metric and by module size, for the terminal."""
     width = max([len(m.name) for m in report.modules] + [6])
-    lines = [f"size metric: {report.size_metric} ({METRIC_MEANING[report.size_metric]})",
-             f"{'module':<{width}}  {'-Oz':>9}  {'policy':>9}  {'change':>8}  {'code':>7}  "
-             f"{'unwind':>7}  {'decisions':>9}"]
+    label = report.baseline_label
+    measures = "".join(f"  {label + ' ' + m.field:>12}  {'policy ' + m.field:>12}  {'change':>8}"
+                       for m in report.measures)
+    lines = [f"size metric: {report.size_metric} ({METRIC_MEANING[report.size_metric]})"
+             + "".join(f"; {m.field}: {m.label}" for m in report.measures),
+             f"{'module':<{width}}  {label:>9}  {'policy':>9}  {'change':>8}  {'code':>7}  "
+             f"{'unwind':>7}  {'decisions':>9}{measures}"]
     for m in report.modules:
         if m.error:
             lines.append(f"{m.name:<{width}}  error: {m.error[:120]}")
@@ -217,16 +275,24 @@ def format_table(report: EvalReport) -> str:
             f"{(m.change or 0.0) * 100:>+7.2f}%  "
             f"{_delta(m.baseline_sizes, m.policy_sizes, 'code'):>7}  "
             f"{_delta(m.baseline_sizes, m.policy_sizes, 'unwind'):>7}  {m.decisions:>9}"
+            + "".join(f"  {m.measured(x)[0] or 0.0:>12.1f}  {m.measured(x)[1] or 0.0:>12.1f}  "
+                      f"{_pct(m.measure_change(x)):>8}" for x in report.measures)
         )
     failed = len(report.modules) - len(report.ok_modules)
+    totals = [report.measure_totals(x) for x in report.measures]
+    counted = {c: sum(int(m.policy_extra.get(c, 0)) for m in report.ok_modules)
+               for c in report.counters}
     lines.append(
         f"{'TOTAL':<{width}}  {report.baseline_total:>9}  {report.policy_total:>9}  "
         f"{report.change * 100:>+7.2f}%  {'':>7}  {'':>7}  "
         f"{sum(m.decisions for m in report.ok_modules):>9}"
+        + "".join(f"  {b:>12.1f}  {p:>12.1f}  {_pct(p / b - 1.0 if b else 0.0):>8}"
+                  for b, p in totals)
         + (f"   ({failed} module(s) failed, left out)" if failed else "")
+        + "".join(f"   ({n} {c.replace('_', ' ')})" for c, n in counted.items() if n)
     )
     guarded = report.guarded_total
-    lines.append(f"guarded (per module the smaller of policy and -Oz): {guarded} bytes, "
+    lines.append(f"guarded (per module the smaller of policy and {label}): {guarded} bytes, "
                  f"{_change(report.baseline_total, guarded) * 100:+.2f}%")
     if report.ok_modules and len(report._measured()) == len(report.ok_modules):
         lines.append("by section group: " + ", ".join(

@@ -375,7 +375,7 @@ def search(
         **dict(settings or {}),
         "policy": policy.name, "budget": budget, "seed": seed, "batch": batch,
         "size_metric": metric, "compiler": compiler.describe(),
-        "edits": edits_json(base.edits), "problem": base.problem,
+        "edits": edits_json(base.edits), "problem": base.problem.name,
     }  # fmt: skip
     store = _Store(Path(output_dir), recorded, restart) if output_dir is not None else None
     if store is not None:

@@ -33,6 +33,7 @@ import numpy as np
 from pymlgo.corpus.command import FlagEdits
 from pymlgo.evaluate.baseline import BaselineCache, baseline_results
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Trajectory
+from pymlgo.problems.inlining.problem import INLINING
 from pymlgo.protocol.channel import REWARD_SPEC, ChannelSession, Decision, session_to_log
 from pymlgo.protocol.log import Context, Header, Observation, Outcome, read_events
 from pymlgo.protocol.tensor_spec import C_TYPES, TensorSpec
@@ -87,7 +88,7 @@ class TraceSummary:
             **dict(self.metadata),
             "format": TRACE_FORMAT,
             "version": TRACE_VERSION,
-            "problem": "inlining",
+            "problem": INLINING.name,
             "policy": self.policy,
             "compiler": dict(self.compiler),
             "size_metric": self.size_metric,

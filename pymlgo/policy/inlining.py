@@ -20,8 +20,9 @@ import numpy as np
 from pymlgo.policy.mlp import MLPParams, affine
 from pymlgo.policy.vocab import Vocab, tail_value
 from pymlgo.problems.inlining.policies import module_seed
+from pymlgo.problems.inlining.problem import INLINING
 
-PROBLEM = "inlining"
+PROBLEM = INLINING.name
 VERSION_MAJOR, VERSION_MINOR = 1, 0
 CURRENT_VERSION = f"{PROBLEM}-{VERSION_MAJOR}.{VERSION_MINOR}"
 _VERSION_RE = re.compile(r"(?P<problem>[a-z_]+)-(?P<major>\d+)\.(?P<minor>\d+)")

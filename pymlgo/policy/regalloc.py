@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from pymlgo.policy.mlp import MLPParams, affine, init_mlp
-from pymlgo.problems.base import Policy
+from pymlgo.policy.store import PolicyLoadError
+from pymlgo.problems.base import Policy, Problem
 from pymlgo.problems.inlining.policies import module_seed
 from pymlgo.problems.regalloc.advice import MASK_FEATURE, Advisor
 from pymlgo.problems.regalloc.policies import (
@@ -39,9 +40,10 @@ from pymlgo.problems.regalloc.policies import (
     heuristic_weights,
     lightest_choice,
 )
+from pymlgo.problems.regalloc.problem import POLICY_TAG, RegallocProblem
 from pymlgo.toolchain.files import write_atomic
 
-PROBLEM = "regalloc"
+PROBLEM = POLICY_TAG
 VERSION_MAJOR, VERSION_MINOR = 1, 0
 CURRENT_VERSION = f"{PROBLEM}-{VERSION_MAJOR}.{VERSION_MINOR}"
 POLICY_FILE = "policy.json"
@@ -77,7 +79,7 @@ DEFAULT_HIDDEN = (16,)
 _VERSION_RE = re.compile(r"(?P<problem>[a-z_]+)-(?P<major>\d+)\.(?P<minor>\d+)")
 
 
-class RegallocPolicyError(ValueError):
+class RegallocPolicyError(PolicyLoadError):
     """A saved regalloc policy cannot be used; the message says why."""
 
 
@@ -262,7 +264,7 @@ def policy_document(policy: EvictionPolicy) -> dict[str, Any]:
     }
 
 
-def save_eviction_policy(policy: EvictionPolicy, directory: Path) -> None:
+def save_policy(policy: EvictionPolicy, directory: Path) -> None:
     """Write `directory/policy.json` (byte-deterministic: sorted keys, exact floats)."""
     try:
         text = json.dumps(policy_document(policy), sort_keys=True, allow_nan=False)
@@ -302,12 +304,22 @@ def load_eviction_policy(directory: Path) -> EvictionPolicy:
         raise RegallocPolicyError(f"{path}: malformed policy ({exc})") from exc
 
 
-def load_regalloc_policy(spec: str, *, seed: int = 0) -> Policy:
-    """A built-in regalloc policy name, or a saved policy directory (named as `spec`)."""
+def load_spec(spec: str, *, seed: int = 0, problem: Problem | None = None) -> Policy:
+    """A built-in regalloc policy name, or a saved policy directory (named as `spec`): the
+    regalloc problems' policy codec (`Problem.policy_codec`). For `regalloc-priority`,
+    `default`, `random[:SEED]` and `size` name its priority policies."""
+    advisor = problem.advisor if isinstance(problem, RegallocProblem) else None
+    if advisor == "priority" and spec.split(":")[0] in ("default", "random", "size"):
+        spec = f"priority:{spec}"
     try:
-        return builtin_policy(spec, seed=seed)
+        policy = builtin_policy(spec, seed=seed)
     except ValueError as exc:
-        builtin_error = exc
-    if not Path(spec).is_dir():
-        raise RegallocPolicyError(f"{builtin_error} (and no directory {spec!r} exists)")
-    return dataclasses.replace(load_eviction_policy(Path(spec)), name=spec, seed=seed)
+        if not Path(spec).is_dir():
+            raise RegallocPolicyError(f"{exc} (and no directory {spec!r} exists)") from None
+        policy = dataclasses.replace(load_eviction_policy(Path(spec)), name=spec, seed=seed)
+    answers = getattr(policy, "advisor", "evict")
+    if advisor is not None and answers != advisor:
+        assert problem is not None
+        raise RegallocPolicyError(f"{spec!r} answers the {answers} advisor: not a policy of "
+                                  f"--problem {problem.name}")
+    return policy

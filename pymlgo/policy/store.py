@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import io
 import json
 import zipfile
@@ -33,8 +34,10 @@ from pymlgo.policy.inlining import (
 )
 from pymlgo.policy.mlp import MLPParams
 from pymlgo.policy.vocab import Vocab, dumps_vocab
-from pymlgo.problems.base import Policy
+from pymlgo.problems.base import Policy, Problem
 from pymlgo.problems.inlining.policies import builtin_policy
+from pymlgo.problems.registry import DEFAULT, UnknownProblemError
+from pymlgo.problems.registry import problem as registered
 from pymlgo.protocol.tensor_spec import TensorSpec
 from pymlgo.toolchain.files import write_atomic
 
@@ -230,19 +233,22 @@ def available_pretrained() -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / POLICY_FILE).is_file())
 
 
-def load_policy(spec: str, *, problem: str = "inlining", seed: int = 0) -> Policy:
-    """Resolve a policy spec: a built-in (default, never, always, random:P[:SEED]),
+def load_policy(spec: str, *, problem: Problem | str = DEFAULT, seed: int = 0) -> Policy:
+    """Resolve a policy spec of `problem` (a Problem, or its name) with the problem's policy
+    codec (`Problem.policy_codec`). `seed` seeds stochastic policies."""
+    try:
+        codec = importlib.import_module(registered(problem).policy_codec)
+    except UnknownProblemError as exc:
+        raise PolicyLoadError(f"no policies for {exc}") from None
+    return codec.load_spec(spec, seed=seed, problem=registered(problem))  # type: ignore[no-any-return]
+
+
+def load_spec(spec: str, *, seed: int = 0, problem: Problem | None = None) -> Policy:
+    """An inlining policy spec: a built-in (default, never, always, random:P[:SEED]),
     `pretrained:NAME`, or a saved policy directory. `seed` seeds stochastic policies.
 
     Built-in names win over a directory of the same name: write `./default` for that.
     """
-    if problem == "regalloc":
-        # Imported here: the regalloc policy module is only needed for that problem.
-        from pymlgo.policy.regalloc import load_regalloc_policy
-
-        return load_regalloc_policy(spec, seed=seed)
-    if problem != PROBLEM:
-        raise PolicyLoadError(f"no policies for problem {problem!r} (known: {PROBLEM}, regalloc)")
     if spec.startswith(PRETRAINED_PREFIX):
         name = spec[len(PRETRAINED_PREFIX) :]
         available = available_pretrained()

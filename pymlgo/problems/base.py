@@ -1,15 +1,18 @@
-"""What every problem shares: the compile job, its result, and the policy interface."""
+"""What every problem shares: the compile job, its result, the policy interface, and the
+`Problem` interface every layer above `problems/` works through (`problems.registry`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from pymlgo.toolchain.size import ObjectSize
+from pymlgo.corpus.command import FlagEdits
+from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, ObjectSize
 
 # features of one observation, by name -> advice value (int for decisions, float for scores)
 Decide = Callable[[Mapping[str, np.ndarray]], "int | float | np.ndarray"]
@@ -97,3 +100,90 @@ class ModuleResult:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+@dataclass(frozen=True)
+class CompileSettings:
+    """How to compile, whatever the problem (a worker's `WorkSpec` minus problem and policy).
+
+    `options` is the problem's own payload (e.g. inlining's IR2Native estimator): carried
+    as it is by every layer above `problems/`, read only by the problem.
+    """
+
+    timeout: float = 300.0
+    record: bool = False  # keep every decision's features (a trajectory)
+    edits: FlagEdits = FlagEdits()
+    memory_mb: int | None = None  # address-space limit of the compiler (None: unlimited)
+    size_metric: str = DEFAULT_SIZE_METRIC
+    options: Any = None
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A figure a problem measures besides bytes, from `ModuleResult.extra[key]`: reports
+    show it as `baseline_FIELD`, `policy_FIELD` and `FIELD_change` (lower is better)."""
+
+    key: str
+    field: str
+    label: str
+
+
+class Problem(Protocol):
+    """One optimization problem: what eval, trace, train, workers and the CLI need of it.
+
+    Everything problem-specific (flags and channel, the advice and its checks, how a
+    compile is measured, the policy file format) stays behind this interface; code above
+    `problems/` never branches on a problem's name. Get one from `problems.registry`.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def aliases(self) -> tuple[str, ...]: ...
+
+    @property
+    def summary(self) -> str:
+        """One line for `--help`: what the policy drives and what the reward is."""
+        ...
+
+    @property
+    def baseline_label(self) -> str:
+        """What the baseline is called in tables (e.g. `-Oz`, `stock`)."""
+        ...
+
+    @property
+    def measures(self) -> tuple[Measure, ...]: ...
+
+    @property
+    def counters(self) -> tuple[str, ...]:
+        """`extra` keys a report sums over the policy's compiles (e.g. corrected advice)."""
+        ...
+
+    @property
+    def policy_codec(self) -> str:
+        """Module (above `problems/`) with `load_spec(spec, *, seed)` and
+        `save_policy(policy, directory)`: this problem's policy names and file format."""
+        ...
+
+    def compile(self, compiler: Compiler, job: CompileJob, policy: Policy | None,
+                settings: CompileSettings) -> ModuleResult:
+        """Compile `job` with `policy` answering the channel, or with the compiler's own
+        heuristic (`policy` None: the baseline); never raises for a bad module."""
+        ...
+
+    def cache_extra(self, result: ModuleResult) -> Mapping[str, float]:
+        """What of a baseline result's `extra` the baseline cache keeps."""
+        ...
+
+    def reward(self, baseline: ModuleResult, result: ModuleResult) -> float:
+        """The per-module reward of `result` against `baseline` (higher is better)."""
+        ...
+
+
+def problem_by_name(name: str) -> Problem:
+    """`problems.registry.problem`, importable from the problem modules themselves (which
+    the registry imports): unpickling a problem resolves it in the receiving process."""
+    from pymlgo.problems.registry import problem
+
+    return problem(name)

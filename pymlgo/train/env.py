@@ -16,6 +16,7 @@ import numpy as np
 from pymlgo.corpus.sample import sample_by_package
 from pymlgo.ir2native.estimates import from_extra
 from pymlgo.problems.base import CompileJob, Policy
+from pymlgo.problems.inlining.problem import estimator_of
 from pymlgo.train.policies import PolicyBatch, tag_job, untag
 from pymlgo.workers.protocol import Executor, WorkSpec
 
@@ -187,7 +188,7 @@ class TrainEnv:
             actions = None
             callers: tuple[str, ...] | None = None
             estimates: Mapping[str, float] | None = None
-            if self.spec.estimator is not None and res.ok:
+            if estimator_of(self.spec.options) is not None and res.ok:
                 estimates = from_extra(res.extra)
                 if res.trajectory is not None and all(res.trajectory.contexts):
                     callers = tuple(res.trajectory.contexts)

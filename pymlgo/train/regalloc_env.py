@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy
-from pymlgo.problems.regalloc.evaluate import PROBLEM
 from pymlgo.problems.regalloc.reward import log_ratio, module_cost
 from pymlgo.train.policies import PolicyBatch, tag_job, untag
 from pymlgo.workers.protocol import Executor, WorkSpec
@@ -43,8 +42,7 @@ class RegallocEnv:
                                                                           "regalloc-batch")
         if len(members) == 1:
             tagged = [self.jobs[m] for m in modules]
-        spec = WorkSpec(problem=PROBLEM, clang=self.spec.clang, policy=policy,
-                        timeout=self.spec.timeout, edits=self.spec.edits, record=record)
+        spec = replace(self.spec, policy=policy, record=record)
         out: list[dict[str, ModuleResult]] = [{} for _ in members]
         for res in self.executor.run(spec, tagged):
             module, k = untag(res.module) if len(members) > 1 else (res.module, 0)

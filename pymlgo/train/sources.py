@@ -30,6 +30,7 @@ from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.store import PolicyLoadError, load_policy
 from pymlgo.policy.vocab import Vocab, load_vocab
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
+from pymlgo.problems.inlining.problem import INLINING
 from pymlgo.train.config import TrainConfig
 from pymlgo.train.env import Episode
 
@@ -153,7 +154,7 @@ def _traces(config: TrainConfig, corpus: Corpus, compiler_version: str) -> Trace
         raise SourceError(f"{directory}: unreadable trace ({exc})") from exc
     if not isinstance(info, dict) or info.get("format") != TRACE_FORMAT:
         raise SourceError(f"{directory / TRACE_FILE}: not a {TRACE_FORMAT} file")
-    if info.get("problem") != "inlining" or info.get("policy") != HEURISTIC_POLICY:
+    if info.get("problem") != INLINING.name or info.get("policy") != HEURISTIC_POLICY:
         raise SourceError(
             f"{directory} is a trace of policy {info.get('policy')!r}; behaviour cloning "
             f"learns clang's own decisions: trace with `mlgo trace --policy default`")

@@ -52,6 +52,7 @@ from pymlgo.policy.mlp import init_mlp
 from pymlgo.policy.store import save_policy
 from pymlgo.policy.vocab import build_vocab
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, HeuristicPolicy
+from pymlgo.problems.inlining.problem import INLINING, InliningOptions
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 from pymlgo.train.config import LEGACY_SIZE_METRIC, TrainConfig
 from pymlgo.train.env import Demonstrations, Episode, RunStats, TrainEnv, inputs, size_change
@@ -454,7 +455,7 @@ def partial_reward_shaper(env: TrainEnv, model: IR2NativeModel,
                           say: Callable[[str], None]) -> IR2NativeShaper:
     """Switch `env` to compiles that report per-function estimates and decision callers;
     the shaper holds the -Oz estimates of every training module."""
-    env.spec = replace(env.spec, estimator=model)
+    env.spec = replace(env.spec, options=InliningOptions(estimator=model))
     names = list(env.names)
     say(f"IR2Native estimates of -Oz on {len(names)} training modules")
     spec = replace(env.spec, policy=None, record=False)
@@ -550,7 +551,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
 
         make_deterministic(config.seed)
 
-    spec = WorkSpec(problem="inlining", clang=None if compiler.bundled else str(compiler.path),
+    spec = WorkSpec(problem=INLINING, clang=None if compiler.bundled else str(compiler.path),
                     timeout=options.timeout, edits=config.compile.flag_edits(),
                     size_metric=config.size_metric)
     with _executor_for(options, executor) as ex:

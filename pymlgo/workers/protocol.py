@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 from pymlgo.corpus.command import FlagEdits
-from pymlgo.problems.base import CompileJob, ModuleResult, Policy
+from pymlgo.problems.base import CompileJob, CompileSettings, ModuleResult, Policy, Problem
+from pymlgo.problems.registry import DEFAULT, problem
 from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, check_metric
 
 CUT_ERROR = "cut: straggler"
@@ -32,10 +33,11 @@ class ExecutorError(RuntimeError):
 class WorkSpec:
     """How to compile: the same for every job of one batch; shipped once per worker.
 
-    `policy=None` means the problem's baseline (plain compile, no channel).
+    `policy=None` means the problem's baseline (plain compile, no channel). `problem` may
+    be given by name (`problems.registry`); it is held as the Problem.
     """
 
-    problem: str = "inlining"
+    problem: Problem = field(default=DEFAULT)
     clang: str | None = None  # None: the bundled zig clang
     policy: Policy | None = None
     record: bool = False  # keep every decision's features (a trajectory)
@@ -44,13 +46,18 @@ class WorkSpec:
     memory_mb: int | None = None  # address-space limit per compile (None: unlimited)
     # what `ModuleResult.size` counts (`toolchain.size`); `sizes` always has every group
     size_metric: str = DEFAULT_SIZE_METRIC
-    # inlining only: an IR2Native model (`ir2native.model.IR2NativeModel`, numpy); each
-    # result's `extra` then holds per-function size estimates, a recorded trajectory the
-    # caller of each decision (partial rewards)
-    estimator: Any = None
+    # the problem's own options (`CompileSettings.options`), opaque here
+    options: Any = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "problem", problem(self.problem))
         check_metric(self.size_metric)
+
+    @property
+    def settings(self) -> CompileSettings:
+        return CompileSettings(timeout=self.timeout, record=self.record, edits=self.edits,
+                               memory_mb=self.memory_mb, size_metric=self.size_metric,
+                               options=self.options)
 
 
 class Executor(Protocol):

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import signal
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pymlgo.corpus.command import FlagEdits, recompile_args
-from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Trajectory
+from pymlgo.corpus.command import FlagEdits
+from pymlgo.problems.base import CompileJob, CompileSettings, ModuleResult, Policy
+from pymlgo.problems.compile import Compiled, compile_module, trajectory
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
-from pymlgo.problems.objects import measure_object
-from pymlgo.protocol.channel import ChannelError, ChannelSession, make_fifos, serve_channel
-from pymlgo.protocol.features import FeatureMismatchError, select_features
+from pymlgo.protocol.features import select_features
 from pymlgo.protocol.log import Header, Observation
-from pymlgo.toolchain import run
-from pymlgo.toolchain.bitcode import read_error_hint
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
 
@@ -54,30 +50,6 @@ def channel_flags(base: Path, *, include_default: bool = True) -> list[str]:
     ]  # fmt: skip
 
 
-def _exit_text(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"compiler killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"compiler killed by signal {-returncode}"
-    return f"compiler exited with {returncode}"
-
-
-def _error_text(
-    res: run.ProcessResult, job: CompileJob, compiler: Compiler, memory_mb: int | None = None
-) -> str:
-    """Exit status, stderr tail and, when clang could not read the bitcode (or ran into the
-    memory limit), why."""
-    tail = res.stderr.strip().splitlines()[-5:]
-    text = f"{_exit_text(res.returncode)}: " + " | ".join(tail)
-    hint = read_error_hint(res.stderr, job.bitcode, compiler.version)
-    if hint is None and memory_mb is not None and (
-        res.returncode < 0 or "out of memory" in res.stderr
-    ):
-        hint = f"the compile was limited to {memory_mb} MiB of address space; raise the limit"
-    return text + (f" => {hint}" if hint else "")
-
-
 _REMARKS = "inline-remarks.yaml"
 
 
@@ -99,6 +71,22 @@ def _estimates(estimator: IR2NativeModel, dump: str, obj: Path) -> dict[str, flo
     return to_extra(function_estimates(estimator, dump, function_sizes(obj)))
 
 
+def _measure(estimator: IR2NativeModel | None, record: bool
+             ) -> Callable[[Compiled], ModuleResult]:
+    def measure(c: Compiled) -> ModuleResult:
+        traj = trajectory(c.session) if record else None
+        if estimator is None:
+            return c.result(trajectory=traj)
+        from pymlgo.ir2native.estimates import read_decision_callers
+
+        callers = read_decision_callers(c.tmp / _REMARKS) if c.session is not None else []
+        if traj is not None and len(callers) == len(traj):
+            traj = dataclasses.replace(traj, contexts=tuple(callers))
+        return c.result(trajectory=traj, extra=_estimates(estimator, c.stderr, c.obj))
+
+    return measure
+
+
 def compile_baseline(
     compiler: Compiler,
     job: CompileJob,
@@ -115,48 +103,11 @@ def compile_baseline(
     section group. `memory_mb` bounds the compiler's address space; a compile past it
     fails. With an IR2Native `estimator`, `extra` holds every function's estimated bytes
     (`fn:NAME`)."""
-    started = time.monotonic()
-    with run.private_tmpdir() as tmp:
-        bc, obj = tmp / "module.bc", tmp / "module.o"
-        bc.write_bytes(job.bitcode)
-        argv = [
-            *compiler.clang_argv,
-            *recompile_args(job.cmd, input_bc=str(bc), output_obj=str(obj), opt_level=OPT_LEVEL,
-                            edits=edits),
-            *_estimate_flags(estimator, tmp),
-        ]
-        try:
-            res = run.run(argv, timeout=timeout, cwd=tmp, memory_mb=memory_mb)
-        except run.CompileTimeout as exc:
-            return ModuleResult(job.module, None, seconds=time.monotonic() - started,
-                                error=str(exc))
-        if res.returncode != 0:
-            return ModuleResult(job.module, None, seconds=res.seconds,
-                                error=_error_text(res, job, compiler, memory_mb))
-        sizes, error = measure_object(obj, res.stderr, job.cmd)
-        extra = (_estimates(estimator, res.stderr, obj)
-                 if estimator is not None and error is None else {})
-        return ModuleResult(job.module, None if sizes is None else sizes.metric(size_metric),
-                            seconds=time.monotonic() - started, error=error, extra=extra,
-                            sizes=sizes)
-
-
-def _trajectory(session: ChannelSession) -> Trajectory | None:
-    if session.header is None:
-        return None
-    names = [s.name for s in session.header.features]
-    n = len(session.decisions)
-    features = {
-        name: (np.stack([d.features[i] for d in session.decisions]) if n else
-               np.zeros((0, *spec.shape), dtype=spec.dtype))
-        for i, (name, spec) in enumerate(zip(names, session.header.features, strict=True))
-    }
-    adv = session.header.advice
-    advice = (np.stack([d.advice for d in session.decisions]) if n else
-              np.zeros((0, *(adv.shape if adv else (1,))), dtype=np.int64))
-    return Trajectory(
-        contexts=tuple(d.context for d in session.decisions), features=features, advice=advice
-    )
+    settings = CompileSettings(timeout=timeout, edits=edits, memory_mb=memory_mb,
+                               size_metric=size_metric)
+    return compile_module(compiler, job, settings, opt_level=OPT_LEVEL,
+                          flags=lambda tmp, _: _estimate_flags(estimator, tmp),
+                          measure=_measure(estimator, record=False))
 
 
 def compile_with_policy(
@@ -186,8 +137,6 @@ def compile_with_policy(
     Never raises for a bad module: compiler failure, timeout or a channel error becomes
     `ModuleResult.error`, so a corpus run goes on.
     """
-    started = time.monotonic()
-    deadline = started + timeout
     decide = policy.for_module(job.module)
     required = policy.required_features
     include_default = record or DEFAULT_FEATURE in required
@@ -209,70 +158,14 @@ def compile_with_policy(
             feats[DEFAULT_FEATURE] = obs.tensors[moved]
         return decide(feats)
 
-    with run.private_tmpdir() as tmp:
-        bc, obj = tmp / "module.bc", tmp / "module.o"
-        bc.write_bytes(job.bitcode)
-        base = make_fifos(tmp)
-        argv = [
-            *compiler.clang_argv,
-            *recompile_args(job.cmd, input_bc=str(bc), output_obj=str(obj), opt_level=OPT_LEVEL,
-                            edits=edits),
-            # clang's decision only where it is used: a policy that reads it, or a recorded
-            # trajectory (traces and behaviour cloning keep it as the label)
-            *channel_flags(base, include_default=include_default),
-            *_estimate_flags(estimator, tmp),
-        ]
-        with open(tmp / "stderr.txt", "wb") as err:
-            proc = run.start(argv, cwd=tmp, stderr=err, memory_mb=memory_mb)
-            try:
-                try:
-                    session = serve_channel(
-                        base, advise, timeout=timeout, compiler_alive=lambda: proc.poll() is None
-                    )
-                except FeatureMismatchError:
-                    raise  # the policy cannot run on this compiler at all: not a module failure
-                except (ChannelError, ValueError) as exc:
-                    exited = proc.poll() is not None  # on its own, not killed by us
-                    run.kill_and_reap(proc)
-                    why = f"channel: {exc}"
-                    if exited:  # say why the compiler went away: its exit and stderr tail
-                        err.flush()
-                        tail = (tmp / "stderr.txt").read_text(errors="replace")
-                        exit_res = run.ProcessResult(proc.returncode, tail, 0.0)
-                        why += "; " + _error_text(exit_res, job, compiler, memory_mb)
-                    return ModuleResult(job.module, None, seconds=time.monotonic() - started,
-                                        error=why)
-                try:
-                    res = run.finish(proc, deadline=deadline, started=started)
-                except run.CompileTimeout as exc:
-                    return ModuleResult(job.module, None, seconds=time.monotonic() - started,
-                                        error=str(exc))
-            finally:
-                run.kill_and_reap(proc)
-        stderr = (tmp / "stderr.txt").read_text(errors="replace")
-        if res.returncode != 0:
-            res = run.ProcessResult(res.returncode, stderr, res.seconds)
-            return ModuleResult(job.module, None, seconds=res.seconds,
-                                error=_error_text(res, job, compiler, memory_mb))
-        sizes, error = measure_object(obj, stderr, job.cmd)
-        if sizes is None:
-            return ModuleResult(job.module, None, seconds=time.monotonic() - started,
-                                error=error)
-        trajectory = _trajectory(session) if record else None
-        extra: dict[str, float] = {}
-        if estimator is not None:
-            from pymlgo.ir2native.estimates import read_decision_callers
+    def flags(tmp: Path, base: Path | None) -> list[str]:
+        assert base is not None
+        # clang's decision only where it is used: a policy that reads it, or a recorded
+        # trajectory (traces and behaviour cloning keep it as the label)
+        return [*channel_flags(base, include_default=include_default),
+                *_estimate_flags(estimator, tmp)]
 
-            extra = _estimates(estimator, stderr, obj)
-            callers = read_decision_callers(tmp / _REMARKS)
-            if trajectory is not None and len(callers) == len(trajectory):
-                trajectory = dataclasses.replace(trajectory, contexts=tuple(callers))
-    return ModuleResult(
-        job.module,
-        sizes.metric(size_metric),
-        decisions=len(session.decisions),
-        seconds=time.monotonic() - started,
-        trajectory=trajectory,
-        extra=extra,
-        sizes=sizes,
-    )
+    settings = CompileSettings(timeout=timeout, record=record, edits=edits,
+                               memory_mb=memory_mb, size_metric=size_metric)
+    return compile_module(compiler, job, settings, opt_level=OPT_LEVEL, flags=flags,
+                          measure=_measure(estimator, record), advise=advise)

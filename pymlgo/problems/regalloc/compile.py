@@ -10,16 +10,12 @@ function, weighted by block frequency. The stock advisor's numbers are the basel
 
 from __future__ import annotations
 
-import subprocess
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
-
-from pymlgo.corpus.command import FlagEdits, recompile_args
-from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Trajectory
-from pymlgo.problems.objects import measure_object
+from pymlgo.corpus.command import FlagEdits
+from pymlgo.problems.base import CompileJob, CompileSettings, ModuleResult, Policy, Trajectory
+from pymlgo.problems.compile import Compiled, compile_module, trajectory
 from pymlgo.problems.regalloc.advice import (
     MASK_FEATURE,
     Advisor,
@@ -33,13 +29,11 @@ from pymlgo.problems.regalloc.remarks import (
     read_remarks,
     remark_file,
 )
-from pymlgo.protocol.channel import ChannelError, ChannelSession, make_fifos, serve_channel
-from pymlgo.protocol.features import FeatureMismatchError, select_features
+from pymlgo.protocol.channel import ChannelError, ChannelSession
+from pymlgo.protocol.features import select_features
 from pymlgo.protocol.log import Header, Observation
-from pymlgo.toolchain import run
 from pymlgo.toolchain.compiler import Compiler
-from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, ObjectSize
-from pymlgo.workers.protocol import WorkSpec
+from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
 
 OPT_LEVEL = "-O2"
 DEFAULT_TIMEOUT_S = 300.0
@@ -97,23 +91,28 @@ def result_extra(report: RemarkReport, corrected: int = 0) -> dict[str, float]:
     return extra
 
 
-def _error_text(returncode: int, stderr: str) -> str:
-    tail = stderr.strip().splitlines()[-5:]
-    return f"compiler exited with {returncode}: " + " | ".join(tail)
+def _measure(keep_object: Path | None, keep_stderr: Path | None,
+             trajectory_of: Callable[[ChannelSession | None], Trajectory | None],
+             corrected: Callable[[], int]) -> Callable[[Compiled], ModuleResult]:
+    """The result of a compile that left an object: its bytes and the allocator's remarks
+    (without them a module is a failure, not a zero cost)."""
 
+    def measure(c: Compiled) -> ModuleResult:
+        if keep_stderr is not None:
+            keep_stderr.write_text(c.stderr)
+        path = remark_file(c.tmp)
+        if not path.is_file():  # clang creates it before codegen, even when it stays empty
+            return c.failed("compiler exited with 0 but wrote no optimization remarks")
+        try:
+            report = read_remarks(path)
+        except RemarkFormatError as exc:
+            return c.failed(f"unreadable optimization remarks: {exc}")
+        if keep_object is not None:
+            keep_object.write_bytes(c.obj.read_bytes())
+        return c.result(extra=result_extra(report, corrected()),
+                        trajectory=trajectory_of(c.session))
 
-def _argv(compiler: Compiler, job: CompileJob, tmp: Path, edits: FlagEdits,
-          extra: Sequence[str]) -> tuple[list[str], Path]:
-    bc, obj = tmp / "module.bc", tmp / "module.o"
-    bc.write_bytes(job.bitcode)
-    argv = [
-        *compiler.clang_argv,
-        *recompile_args(job.cmd, input_bc=str(bc), output_obj=str(obj), opt_level=OPT_LEVEL,
-                        edits=edits),
-        *remark_flags(remark_file(tmp)),
-        *extra,
-    ]
-    return argv, obj
+    return measure
 
 
 def compile_baseline(
@@ -124,31 +123,16 @@ def compile_baseline(
     edits: FlagEdits = FlagEdits(),
     keep_object: Path | None = None,
     size_metric: str = DEFAULT_SIZE_METRIC,
+    memory_mb: int | None = None,
 ) -> ModuleResult:
     """-O2 with the stock advisors (no channel): the object's bytes and the remark costs
     every policy is compared with. `keep_object` copies the object there (to link
     programs)."""
-    started = time.monotonic()
-    with run.private_tmpdir() as tmp:
-        argv, obj = _argv(compiler, job, tmp, edits, ())
-        try:
-            res = run.run(argv, timeout=timeout, cwd=tmp)
-        except run.CompileTimeout as exc:
-            return ModuleResult(job.module, None, seconds=time.monotonic() - started,
-                                error=str(exc))
-        if res.returncode != 0:
-            return ModuleResult(job.module, None, seconds=res.seconds,
-                                error=_error_text(res.returncode, res.stderr))
-        out = _outputs(obj, tmp, res.stderr, job.cmd)
-        if isinstance(out, str):
-            return ModuleResult(job.module, None, seconds=time.monotonic() - started,
-                                error=out)
-        sizes, report = out
-        if keep_object is not None:
-            keep_object.write_bytes(obj.read_bytes())
-        return ModuleResult(job.module, sizes.metric(size_metric),
-                            seconds=time.monotonic() - started, extra=result_extra(report),
-                            sizes=sizes)
+    settings = CompileSettings(timeout=timeout, edits=edits, memory_mb=memory_mb,
+                               size_metric=size_metric)
+    return compile_module(compiler, job, settings, opt_level=OPT_LEVEL,
+                          flags=lambda tmp, _: remark_flags(remark_file(tmp)),
+                          measure=_measure(keep_object, None, lambda _: None, lambda: 0))
 
 
 def compile_with_policy(
@@ -162,6 +146,7 @@ def compile_with_policy(
     keep_object: Path | None = None,
     keep_stderr: Path | None = None,
     size_metric: str = DEFAULT_SIZE_METRIC,
+    memory_mb: int | None = None,
 ) -> ModuleResult:
     """Compile `job` at -O2 with `policy` answering its advisor (`advisor_of(policy)`).
 
@@ -175,9 +160,8 @@ def compile_with_policy(
     """
     if is_stock(policy):
         return compile_baseline(compiler, job, timeout=timeout, edits=edits,
-                                keep_object=keep_object, size_metric=size_metric)
-    started = time.monotonic()
-    deadline = started + timeout
+                                keep_object=keep_object, size_metric=size_metric,
+                                memory_mb=memory_mb)
     advisor = advisor_of(policy)
     decide = policy.for_module(job.module)
     required = tuple(policy.required_features)
@@ -197,79 +181,20 @@ def compile_with_policy(
         corrected += fixed
         return answer
 
-    with run.private_tmpdir() as tmp:
-        base = make_fifos(tmp)
-        argv, obj = _argv(compiler, job, tmp, edits, channel_flags(advisor, base))
-        with open(tmp / "stderr.txt", "wb") as err:
-            proc = run.start(argv, cwd=tmp, stderr=err)
-            try:
-                try:
-                    session = serve_channel(
-                        base, advise, timeout=timeout, compiler_alive=lambda: proc.poll() is None
-                    )
-                except FeatureMismatchError:
-                    raise  # the policy cannot run on this compiler at all: not a module failure
-                except (ChannelError, ValueError) as exc:
-                    if not _never_asked(exc, proc):
-                        run.kill_and_reap(proc)
-                        return ModuleResult(job.module, None,
-                                            seconds=time.monotonic() - started,
-                                            error=f"channel: {exc}")
-                    session = ChannelSession(None, (), ())
-                try:
-                    res = run.finish(proc, deadline=deadline, started=started)
-                except run.CompileTimeout as exc:
-                    return ModuleResult(job.module, None, seconds=time.monotonic() - started,
-                                        error=str(exc))
-            finally:
-                run.kill_and_reap(proc)
-        if keep_stderr is not None:
-            keep_stderr.write_bytes((tmp / "stderr.txt").read_bytes())
-        if res.returncode != 0:
-            stderr = (tmp / "stderr.txt").read_text(errors="replace")
-            return ModuleResult(job.module, None, seconds=res.seconds,
-                                error=_error_text(res.returncode, stderr))
-        out = _outputs(obj, tmp, (tmp / "stderr.txt").read_text(errors="replace"), job.cmd)
-        if isinstance(out, str):
-            return ModuleResult(job.module, None, decisions=len(session.decisions),
-                                seconds=time.monotonic() - started, error=out)
-        sizes, report = out
-        if keep_object is not None:
-            keep_object.write_bytes(obj.read_bytes())
-    return ModuleResult(
-        job.module,
-        sizes.metric(size_metric),
-        decisions=len(session.decisions),
-        seconds=time.monotonic() - started,
-        trajectory=record_trajectory(session, required, advisor) if record else None,
-        extra=result_extra(report, corrected),
-        sizes=sizes,
-    )
+    def recorded(session: ChannelSession | None) -> Trajectory | None:
+        if not record or session is None or session.header is None:
+            return None
+        return record_trajectory(session, required, advisor)
 
+    def flags(tmp: Path, base: Path | None) -> list[str]:
+        assert base is not None  # a policy always answers on a channel
+        return [*remark_flags(remark_file(tmp)), *channel_flags(advisor, base)]
 
-def _outputs(obj: Path, tmp: Path, stderr: str, cmd: tuple[str, ...]
-             ) -> tuple[ObjectSize, RemarkReport] | str:
-    """(the object's bytes by group, the allocator's remarks) of a compile that exited with
-    0, or why they cannot be had. The reward needs the remarks: without them a module is a
-    failure, not a zero cost."""
-    sizes, error = measure_object(obj, stderr, cmd)
-    if sizes is None:
-        return error or "no object"
-    path = remark_file(tmp)
-    if not path.is_file():  # clang creates it before codegen, even when it stays empty
-        return "compiler exited with 0 but wrote no optimization remarks"
-    try:
-        return sizes, read_remarks(path)
-    except RemarkFormatError as exc:
-        return f"unreadable optimization remarks: {exc}"
-
-
-def _never_asked(exc: Exception, proc: subprocess.Popen[bytes]) -> bool:
-    """The compiler finished without opening the channel: the advisor is created at the
-    first function with virtual registers to allocate, so a module with none (only data,
-    or only trivial functions) never asks. That is an empty session, not a failure; a
-    failed compile is still reported from its exit status."""
-    return "without opening the channel" in str(exc) and proc.wait() == 0
+    settings = CompileSettings(timeout=timeout, record=record, edits=edits,
+                               memory_mb=memory_mb, size_metric=size_metric)
+    return compile_module(compiler, job, settings, opt_level=OPT_LEVEL, flags=flags,
+                          measure=_measure(keep_object, keep_stderr, recorded, lambda: corrected),
+                          advise=advise, may_not_ask=True)
 
 
 def _plan(header: Header, required: Sequence[str],
@@ -294,31 +219,10 @@ def record_trajectory(session: ChannelSession, required: Sequence[str],
     """The decisions as a Trajectory: the policy's features (and `mask` for eviction,
     which a trainer needs to renormalize over valid columns) stacked per decision, the
     advice actually sent, and each decision's function (its context)."""
-    header = session.header
-    if header is None or header.advice is None:
+    if session.header is None or session.header.advice is None:
         return None
-    names = list(dict.fromkeys([*required, *([MASK_FEATURE] if advisor == "evict" else [])]))
-    at = dict(zip(names, select_features(header.features, names), strict=True))
-    n = len(session.decisions)
-    features: dict[str, np.ndarray] = {}
-    for name, i in at.items():
-        spec = header.features[i]
-        features[name] = (np.stack([d.features[i] for d in session.decisions]) if n
-                          else np.zeros((0, *spec.shape), dtype=spec.dtype))
-    adv = header.advice
-    advice = (np.stack([d.advice for d in session.decisions]) if n
-              else np.zeros((0, *adv.shape), dtype=adv.dtype))
-    return Trajectory(tuple(d.context for d in session.decisions), features, advice)
-
-
-def execute(compiler: Compiler, spec: WorkSpec, job: CompileJob) -> ModuleResult:
-    """One compile job of problem "regalloc", as a worker runs it (`workers/task.py`)."""
-    if spec.policy is None:
-        return compile_baseline(compiler, job, timeout=spec.timeout, edits=spec.edits,
-                                size_metric=spec.size_metric)
-    return compile_with_policy(compiler, job, spec.policy, timeout=spec.timeout,
-                               record=spec.record, edits=spec.edits,
-                               size_metric=spec.size_metric)
+    return trajectory(session, list(dict.fromkeys(
+        [*required, *([MASK_FEATURE] if advisor == "evict" else [])])))
 
 
 def function_costs(result: ModuleResult) -> dict[str, float]:

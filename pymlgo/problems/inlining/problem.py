@@ -1,0 +1,75 @@
+"""Inlining for size, as a `Problem`: clang's ML inliner on -Oz compiles, reward in bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pymlgo.problems.base import (
+    CompileJob,
+    CompileSettings,
+    Measure,
+    ModuleResult,
+    Policy,
+    problem_by_name,
+)
+from pymlgo.toolchain.compiler import Compiler
+
+if TYPE_CHECKING:  # numpy only, but most compiles never need it
+    from pymlgo.ir2native.model import IR2NativeModel
+
+
+@dataclass(frozen=True)
+class InliningOptions:
+    """Inlining's `CompileSettings.options`: with an IR2Native `estimator`, every result's
+    `extra` holds per-function size estimates and a recorded trajectory the caller of each
+    decision (partial rewards)."""
+
+    estimator: IR2NativeModel | None = None
+
+
+def estimator_of(options: Any) -> IR2NativeModel | None:
+    return options.estimator if isinstance(options, InliningOptions) else None
+
+
+@dataclass(frozen=True)
+class InliningProblem:
+    name: str = "inlining"
+    aliases: tuple[str, ...] = ()
+    summary: str = ("inlining: -Oz with POLICY answering clang's inliner; reward: the "
+                    "object's bytes vs plain -Oz")
+    baseline_label: str = "-Oz"
+    measures: tuple[Measure, ...] = ()
+    counters: tuple[str, ...] = ()
+    policy_codec: str = "pymlgo.policy.store"
+
+    def compile(self, compiler: Compiler, job: CompileJob, policy: Policy | None,
+                settings: CompileSettings) -> ModuleResult:
+        from pymlgo.problems.inlining import compile as inl
+
+        estimator = estimator_of(settings.options)
+        if policy is None:
+            return inl.compile_baseline(compiler, job, timeout=settings.timeout,
+                                        edits=settings.edits, memory_mb=settings.memory_mb,
+                                        estimator=estimator, size_metric=settings.size_metric)
+        return inl.compile_with_policy(
+            compiler, job, policy, timeout=settings.timeout, record=settings.record,
+            edits=settings.edits, memory_mb=settings.memory_mb, estimator=estimator,
+            size_metric=settings.size_metric,
+        )
+
+    def cache_extra(self, result: ModuleResult) -> Mapping[str, float]:
+        return {}  # estimates depend on the estimator, which the cache key does not hold
+
+    def reward(self, baseline: ModuleResult, result: ModuleResult) -> float:
+        """MLGO's 1 - size/baseline; a module without code (0 bytes) is no change."""
+        if result.size is None or baseline.size is None:
+            raise ValueError(f"{result.module}: a failed compile has no reward")
+        return 1.0 - result.size / baseline.size if baseline.size else 0.0
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return problem_by_name, (self.name,)
+
+
+INLINING = InliningProblem()
