@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -311,6 +312,18 @@ def _filler(prefix: str, size: int) -> str:
     return "".join(lines)
 
 
+def _build_u(tmp_path: Path, files: dict[str, str]) -> Any:
+    """Package `u` (`make libu.a` over `files`) built into tmp_path/corpora, unity included."""
+    write_tree(tmp_path / "src" / "u" / "u-1.0", files)
+    config = DebianConfig(output_dir=tmp_path / "corpora", src_cache=tmp_path / "src",
+                          build_root=tmp_path / "build", progress=False)
+    (res,) = build_debian_corpora(["u"], config,
+                                  recipes={"u": Recipe("u", "c", (("make", "libu.a"),))},
+                                  fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    assert res.status == "built", res.error
+    return res
+
+
 def test_unity_modules_belong_to_their_package_and_skip_sources_that_clash(
     tmp_path: Path
 ) -> None:
@@ -321,14 +334,8 @@ def test_unity_modules_belong_to_their_package_and_skip_sources_that_clash(
                          "%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\n"}
     for name in "abcd":
         files[f"{name}.c"] = (helper if name in "ab" else "") + _filler(name, 26_000)
-    write_tree(tmp_path / "src" / "u" / "u-1.0", files)
     out = tmp_path / "corpora"
-    config = DebianConfig(output_dir=out, src_cache=tmp_path / "src",
-                          build_root=tmp_path / "build", progress=False)
-    (res,) = build_debian_corpora(["u"], config,
-                                  recipes={"u": Recipe("u", "c", (("make", "libu.a"),))},
-                                  fetch=lambda pkg, cache: fetch_source(pkg, cache))
-    assert res.status == "built", res.error
+    res = _build_u(tmp_path, files)
     names = [m.name for m in load_corpus(out).modules]
     unity = [n for n in names if n.startswith("u/_unity/")]
     assert sorted(set(names) - set(unity)) == ["u/a", "u/b", "u/c", "u/d"]
@@ -435,14 +442,8 @@ def test_two_unity_groups_in_one_output_directory_each_keep_their_module(
                          "c.o d.o e.o f.o: %.o: %.c\n\t$(CC) $(CFLAGS) -DVARIANT=2 -c $< -o $@\n"}
     for name in "abcdef":
         files[f"{name}.c"] = (helper if name in "cd" else "") + _filler(name, 26_000)
-    write_tree(tmp_path / "src" / "u" / "u-1.0", files)
     out = tmp_path / "corpora"
-    config = DebianConfig(output_dir=out, src_cache=tmp_path / "src",
-                          build_root=tmp_path / "build", progress=False)
-    (res,) = build_debian_corpora(["u"], config,
-                                  recipes={"u": Recipe("u", "c", (("make", "libu.a"),))},
-                                  fetch=lambda pkg, cache: fetch_source(pkg, cache))
-    assert res.status == "built", res.error
+    res = _build_u(tmp_path, files)
     unity = sorted(m.name for m in load_corpus(out).modules if "/_unity/" in m.name)
     assert len(unity) == 2 and res.unity_modules == 2, unity
     assert len({n.rsplit("/", 1)[1] for n in unity}) == 2  # two names in one directory

@@ -280,13 +280,7 @@ def object_path(inv: Invocation) -> str | None:
     args = inv.compiler_args
     if "-c" not in args or len(inv.sources) != 1:
         return None
-    out = None
-    for i, arg in enumerate(args):
-        if arg == "-o" and i + 1 < len(args):
-            out = args[i + 1]
-        elif arg.startswith("-o") and len(arg) > 2:
-            out = arg[2:]
-    return out or Path(inv.sources[0]).with_suffix(".o").name
+    return guard.output_option(args) or Path(inv.sources[0]).with_suffix(".o").name
 
 
 def _object_record(inv: Invocation) -> dict[str, object]:
