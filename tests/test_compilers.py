@@ -211,3 +211,21 @@ def test_clang_16_is_refused_with_the_reason() -> None:
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.startswith("mlgo eval: ") and res.stderr.count("\n") == 1
     assert "clang 16" in res.stderr and "interactive model runner" in res.stderr
+
+
+def test_mlgo_cc_default_on_debian_clang_19_compiles_plain_oz_and_says_why(
+        tmp_path: Path) -> None:
+    """clang 19 sends its own decision in another feature's place: `mlgo cc` must not hand
+    a policy that reads it a constant 0 (that is `never`), but compile plainly and say so."""
+    if shutil.which("/usr/bin/clang-19") is None:
+        pytest.skip("Debian's clang-19 is not installed (apt-get install clang-19)")
+    src = next(p for p in sorted(MINIC.glob("*.c")))
+    flags = ["--target=x86_64-linux-gnu", "-Oz", "-c", str(src)]
+    plain = subprocess.run(["/usr/bin/clang-19", *flags, "-o", str(tmp_path / "plain.o")],
+                           capture_output=True, text=True, check=False, cwd=MINIC)
+    assert plain.returncode == 0, plain.stderr
+    res = _mlgo("cc", "--clang", "/usr/bin/clang-19", "--mlgo-policy", "default", *flags,
+                "-o", str(tmp_path / "mlgo.o"))
+    assert res.returncode == 0, res.stderr
+    assert "does not send its own inlining decision" in res.stderr
+    assert (tmp_path / "mlgo.o").read_bytes() == (tmp_path / "plain.o").read_bytes()

@@ -321,6 +321,23 @@ def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: fl
         f.write(json.dumps(rec) + "\n")
 
 
+def _untrusted_default(inv: Invocation) -> str | None:
+    """Why clang's own decision cannot be given to this policy on `--clang`'s compiler
+    (LLVM 17-20 send it in another feature's place), or None. The bundled clang, and
+    policies that do not read the decision, are never probed."""
+    if inv.clang is None or not policy_reads_default(inv.policy):
+        return None
+    from pymlgo.problems.inlining.heuristic_check import check_heuristic
+    from pymlgo.toolchain.compiler import find_compiler
+
+    check = check_heuristic(find_compiler(inv.clang))
+    if check.feature == DEFAULT_FEATURE:
+        return None
+    return (f"{inv.clang} does not send its own inlining decision as {DEFAULT_FEATURE} "
+            "(LLVM 17-20 put it in another feature's place; fixed in LLVM 21, llvm-project "
+            f"PR #141453), and policy {inv.policy} reads it")
+
+
 def run(inv: Invocation) -> int:
     """Compile as asked; returns the compiler's exit code."""
     started = time.monotonic()
@@ -332,6 +349,18 @@ def run(inv: Invocation) -> int:
             _log(inv, None, proc.returncode, time.monotonic() - started)
             return proc.returncode
         os.execve(driver[0], [*driver, *inv.compiler_args], env)  # no wrapper left behind
+    untrusted = _untrusted_default(inv)
+    if untrusted is not None:
+        # The policy would read a decision this compiler does not send where it says: the
+        # honest compile is the plain one (what `default` must equal anyway).
+        print(f"mlgo {inv.tool}: warning: {untrusted}; compiling without the policy",
+              file=sys.stderr)
+        plain_cmd = reference_command(inv, driver)
+        if inv.env.get(LOG_ENV):
+            proc_plain = subprocess.run(plain_cmd, env=env, check=False)
+            _log(inv, None, proc_plain.returncode, time.monotonic() - started)
+            return proc_plain.returncode
+        os.execve(plain_cmd[0], plain_cmd, env)
     timeout = float(inv.env.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
     # make and friends stop jobs with SIGTERM: unwind, so the compiler group is killed too.
     for sig in (signal.SIGTERM, signal.SIGHUP):
