@@ -485,9 +485,14 @@ static void remove_fifos(void) {
 }
 
 static void kill_compiler(pid_t pid) {
+  /* The child itself first: until it has called setsid() there is no group -pid, and a
+   * child that lived on would exec clang, which waits forever for a writer on the FIFO
+   * while we wait for it (seen once in CI: a server that hung up at once). */
+  kill(pid, SIGKILL);
   kill(-pid, SIGKILL); /* its process group: zig's driver and the clang it runs */
   while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
   }
+  kill(-pid, SIGKILL); /* a clang the group had started before the driver died */
 }
 
 static int make_fifos(void) {
