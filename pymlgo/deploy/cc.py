@@ -338,29 +338,30 @@ def _untrusted_default(inv: Invocation) -> str | None:
             f"PR #141453), and policy {inv.policy} reads it")
 
 
+def _run_unserved(inv: Invocation, command: list[str], env: dict[str, str],
+                  started: float) -> int:
+    """Run `command` with no policy: exec'ed (no wrapper left behind), or run and logged."""
+    if inv.env.get(LOG_ENV):
+        proc = subprocess.run(command, env=env, check=False)
+        _log(inv, None, proc.returncode, time.monotonic() - started)
+        return proc.returncode
+    os.execve(command[0], command, env)
+
+
 def run(inv: Invocation) -> int:
     """Compile as asked; returns the compiler's exit code."""
     started = time.monotonic()
     driver = driver_argv(inv)
     env = compiler_env(inv, driver)
     if not inv.uses_policy:
-        if inv.env.get(LOG_ENV):
-            proc = subprocess.run([*driver, *inv.compiler_args], env=env, check=False)
-            _log(inv, None, proc.returncode, time.monotonic() - started)
-            return proc.returncode
-        os.execve(driver[0], [*driver, *inv.compiler_args], env)  # no wrapper left behind
+        return _run_unserved(inv, [*driver, *inv.compiler_args], env, started)
     untrusted = _untrusted_default(inv)
     if untrusted is not None:
         # The policy would read a decision this compiler does not send where it says: the
         # honest compile is the plain one (what `default` must equal anyway).
         print(f"mlgo {inv.tool}: warning: {untrusted}; compiling without the policy",
               file=sys.stderr)
-        plain_cmd = reference_command(inv, driver)
-        if inv.env.get(LOG_ENV):
-            proc_plain = subprocess.run(plain_cmd, env=env, check=False)
-            _log(inv, None, proc_plain.returncode, time.monotonic() - started)
-            return proc_plain.returncode
-        os.execve(plain_cmd[0], plain_cmd, env)
+        return _run_unserved(inv, reference_command(inv, driver), env, started)
     timeout = float(inv.env.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
     # make and friends stop jobs with SIGTERM: unwind, so the compiler group is killed too.
     for sig in (signal.SIGTERM, signal.SIGHUP):
