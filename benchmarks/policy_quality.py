@@ -260,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         train_jobs = corpus_jobs(corpus, split.train)
         held_jobs = corpus_jobs(corpus, split.heldout)
         policies: dict[str, tuple[InliningPolicy, Any]] = {}
-        warm = _warm_start(out / _run_name(algos[0]))
+        warm = _warm_start(_setup(out / _run_name(algos[0])))
         if warm is not None:
             policies["bc"] = (warm, None)
         for algo, res in runs.items():
@@ -350,14 +350,18 @@ def _run_name(spec: str) -> str:
     return spec.replace(":", "-")
 
 
-def _warm_start(run_dir: Path) -> InliningPolicy | None:
-    """The bc warm start (the policy every algorithm began from), from the run's setup."""
+def _setup(run_dir: Path) -> Any:
+    """The run's one-time setup (split, vocab, warm start), None if it has none yet."""
     path = run_dir / SETUP_FILE
     if not path.is_file():
         return None
     with path.open("rb") as f:
-        setup = pickle.load(f)
-    return replace(setup.initial.greedy(), name="bc-warmstart")
+        return pickle.load(f)
+
+
+def _warm_start(setup: Any, name: str = "bc-warmstart") -> InliningPolicy | None:
+    """The bc warm start (the policy every algorithm began from), from a run's setup."""
+    return None if setup is None else replace(setup.initial.greedy(), name=name)
 
 
 
@@ -399,14 +403,6 @@ def shared_trace(executor: Any, compiler: Compiler, corpus: Corpus, directory: P
                      spec=spec, overwrite=True,
                      metadata={"policy_spec": "default", "corpus": str(corpus.root)})
     return directory
-
-
-def _setup_identity(run_dir: Path) -> Any:
-    path = run_dir / SETUP_FILE
-    if not path.is_file():
-        return None
-    with path.open("rb") as f:
-        return pickle.load(f).identity
 
 
 def _recorded(executor: Any, jobs: Sequence[CompileJob],
@@ -607,15 +603,16 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                       f"{(time.monotonic() - started) / 60:.1f} min", file=sys.stderr,
                       flush=True)
             policies: dict[str, InliningPolicy] = {}
-            warm = _warm_start(setup_dir)
+            shared = _setup(setup_dir)
+            warm = _warm_start(shared)
             if warm is not None:
                 policies["bc"] = warm
             for name, res in runs.items():
                 # a variant with its own setup (other features, say) had its own warm start
-                own = _warm_start(fold_dir / _run_name(name))
-                if own is not None and _setup_identity(fold_dir / _run_name(name)) != \
-                        _setup_identity(setup_dir):
-                    policies[f"{name}:bc"] = replace(own, name=f"{name}-bc-warmstart")
+                own = _setup(fold_dir / _run_name(name))
+                if own is not None and (shared is None or own.identity != shared.identity):
+                    policies[f"{name}:bc"] = replace(own.initial.greedy(),
+                                                     name=f"{name}-bc-warmstart")
                 policies[name] = load_policy_dir(res.best_dir)
             entry: dict[str, Any] = {
                 "fold": k, "heldout_packages": held, "heldout_modules": len(held_names),
