@@ -32,6 +32,13 @@ from the fold's trained policy that is best on validation (search never ends abo
 start, so the limit is at least that policy); null when the budget is 0. Each policy's
 share of the limit is the bytes it saves over the bytes search saves, on those modules.
 
+An explicit split (`--heldout-packages P,Q,...`): one fold whose held-out packages are
+those named (the shipped model's own split, say), reported like a k-fold run of one fold:
+the same training, evaluation, search limit and shares. Validation (what picks each
+algorithm's `best/`) is drawn from the training packages, by package (`--validation-by
+package`, the default: whole packages the policy did not train on, as held-out code is) or
+by module.
+
 Prints JSON (also written to OUTPUT_DIR/policy_quality.json) and, on stderr, markdown
 tables of the same figures.
 
@@ -208,6 +215,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--variants", type=Path, default=None, metavar="TOML",
                     help="named training variants (a table each: algo plus config keys, "
                     "see load_variants) that --algos may name like algorithms")
+    ap.add_argument("--heldout-packages", default=None, metavar="P,Q,...",
+                    help="hold out exactly these packages (one fold, reported like --folds; "
+                    "overrides --folds and --heldout)")
+    ap.add_argument("--validation-by", choices=("package", "module"), default="package",
+                    help="validation slice of the training packages: whole packages "
+                    "(default) or modules (split.validation_by)")
     ap.add_argument("--no-shared-trace", action="store_true",
                     help="with --folds: record clang's decisions in every fold's setup "
                     "instead of tracing the whole corpus once (OUTPUT_DIR/trace) and "
@@ -236,6 +249,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for spec, why in frozen.skipped.items():
         print(f"policy_quality: skipped {spec}: {why[:200]}", file=sys.stderr)
     corpus, skipped = frozen.corpus, frozen.skipped
+    if args.heldout_packages is not None:
+        held = sorted({p for p in args.heldout_packages.split(",") if p})
+        unknown = sorted(set(held) - set(corpus.packages))
+        if not held or unknown:
+            raise SystemExit(f"policy_quality: --heldout-packages: not in the corpus: {unknown}"
+                             if unknown else "policy_quality: --heldout-packages is empty")
+        args.explicit_groups = [held]
+        return kfold(args, algos, tails, corpus, corpora, skipped, argv)
     if args.folds > 1:
         return kfold(args, algos, tails, corpus, corpora, skipped, argv)
     compiler = find_compiler(None)
@@ -338,11 +359,13 @@ def _parse_algo(spec: str, variants: Variants | None = None) -> tuple[str, str]:
 
 
 def _config(spec: str, variants: Variants, seed: int, minutes: float, heldout: float,
-            traces: str = "") -> TrainConfig:
+            traces: str = "", validation_by: str = "module") -> TrainConfig:
     """The training config of `--algos` entry `spec` (an algorithm or a variant)."""
     algo, weighting = _parse_algo(spec, variants)
     overrides = {k: v for k, v in variants.get(spec.partition(":")[0], {}).items()
                  if k != "algo"}
+    if validation_by != "module":
+        overrides = _merged({"split": {"validation_by": validation_by}}, overrides)
     return quality_config(algo, seed, minutes, heldout, weighting, overrides, traces)
 
 
@@ -539,21 +562,23 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
           argv: Sequence[str] | None) -> int:
     """Train and evaluate every algorithm on every fold (module docstring); report."""
     out: Path = args.output_dir
-    groups = package_folds(corpus, args.folds, args.seed)
+    groups = (getattr(args, "explicit_groups", None)
+              or package_folds(corpus, args.folds, args.seed))
     minutes = (args.run_minutes if args.run_minutes is not None
-               else args.minutes / (args.folds * len(algos)))
+               else args.minutes / (len(groups) * len(algos)))
     compiler = find_compiler(None)
     spec = WorkSpec(clang=None, timeout=600.0)
     # policy label ("bc", "ppo", "ppo:bytes", each "+log" when evaluated with a log tail)
     # -> per fold its held-out report
     reports: dict[str, list[EvalReport]] = {}
     folds_out: list[dict[str, Any]] = []
-    only = (set(range(args.folds)) if args.only_folds is None
+    only = (set(range(len(groups))) if args.only_folds is None
             else {int(i) for i in args.only_folds.split(",") if i})
     variants: Variants = args.variant_tables
     settings = {"algos": algos, "tails": tails, "search_budget": args.search_budget,
                 "search_modules": args.search_modules,
                 "minutes": minutes, "seed": args.seed, "modules": len(corpus),
+                "validation_by": args.validation_by,
                 "variants": {a: variants[a.partition(":")[0]] for a in algos
                              if a.partition(":")[0] in variants}}
     with make_executor(None, args.workers) as executor:
@@ -581,7 +606,8 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
             runs: dict[str, Any] = {}
             # The setup (split, -Oz sizes, clang's decisions, vocab, bc warm start) runs once
             # per fold, outside every algorithm's clock: each gets the same training time.
-            first = _config(algos[0], variants, args.seed, minutes, 0.0, traces)
+            first = _config(algos[0], variants, args.seed, minutes, 0.0, traces,
+                            args.validation_by)
             setup_dir = fold_dir / "setup"
             started = time.monotonic()
             train(replace(first, iterations=0, time_budget_minutes=None), train_corpus,
@@ -589,7 +615,8 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                   executor=executor)
             setup_minutes = (time.monotonic() - started) / 60
             for name in algos:
-                config = _config(name, variants, args.seed, minutes, 0.0, traces)
+                config = _config(name, variants, args.seed, minutes, 0.0, traces,
+                                 args.validation_by)
                 run_dir = fold_dir / _run_name(name)
                 run_dir.mkdir(parents=True, exist_ok=True)
                 if (config.setup_identity() == first.setup_identity()
@@ -689,9 +716,11 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
         }
     report = {
         "benchmark": "policy_quality",
-        "mode": "kfold-by-package",
+        "mode": ("explicit-split" if getattr(args, "explicit_groups", None)
+                 else "kfold-by-package"),
+        "validation_by": args.validation_by,
         "command": " ".join([os.path.basename(sys.argv[0]), *(argv or sys.argv[1:])]),
-        "folds": args.folds, "folds_reported": [f["fold"] for f in folds_out],
+        "folds": len(groups), "folds_reported": [f["fold"] for f in folds_out],
         "seed": args.seed,
         "minutes_per_algorithm_per_fold": minutes,
         "algorithms": algos, "tails": tails,

@@ -184,6 +184,25 @@ def test_recorded_output_names_are_stripped_so_a_real_compile_writes_nothing_the
     assert list(victim.iterdir()) == []
 
 
+def test_autotools_and_cmake_codegen_flags_seen_in_debian_builds_load_and_compile(
+    tmp_path: Path, compiler: Compiler, minic_jobs: list[CompileJob]
+) -> None:
+    """autotools' depcomp records `-MP` (phony targets of a dependency file, which no
+    recompile writes) and graphite2's CMake build `-mfpmath sse` (a value as the next
+    argument): 14 of the broad corpus's Debian packages carry one of them."""
+    job = minic_jobs[0]
+    cmd = (*job.cmd, "-dependency-file", "x.d", "-MT", "x.o", "-sys-header-deps", "-MP",
+           "-mfpmath", "sse")
+    root = tmp_path / "corpus"
+    make_corpus(root, {"m.o": cmd}, bc=job.bitcode)
+    module = load_corpus(root).module("m.o")
+
+    res = compile_baseline(compiler, CompileJob(module.name, module.read_bitcode(), module.cmd))
+
+    assert res.ok and res.size and res.size > 0
+    assert unsafe_flags(("-mfpmath", "sse")) == [] and unsafe_flags(("sse",)) != []
+
+
 @pytest.mark.parametrize("name", ["../outside", "a/../../outside", "/etc/outside", "a/./b",
                                   "a//b", "C:/x", "a\\b", ""])
 def test_module_names_that_leave_the_corpus_are_refused(tmp_path: Path, name: str) -> None:

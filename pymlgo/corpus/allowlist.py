@@ -78,6 +78,7 @@ _SEPARATE_VALUE = frozenset({
     "-internal-isystem", "-internal-externc-isystem", "-iquote", "-idirafter", "-isysroot",
     "-iprefix", "-iwithprefix", "-iwithprefixbefore", "-D", "-U", "-I", "-fdebug-compilation-dir",
     "-fcoverage-compilation-dir", "-exception-model", "-fobjc-dispatch-method",
+    "-mfpmath",
 })  # fmt: skip
 
 # Output/input names of the original build; recompile_args drops them with their value.
@@ -93,6 +94,9 @@ _EXACT = frozenset({
     "-enable-tlsdesc", "-no-enable-noundef-analysis", "-dwarf-ext-refs", "-dwarf-explicit-import",
     "-ffreestanding", "-cfguard", "-cfguard-no-checks", "-ehcontguard", "-menable-no-infs",
     "-fno-verbose-asm", "-mdisable-tail-calls", "-fdwarf2-cfi-asm",
+    # -MP (autotools' depcomp): phony targets in a dependency file, and recompiles drop
+    # -dependency-file, so it writes nothing.
+    "-MP",
     # -fno-strict-aliasing (expat) and -pthread (libwebp, via CMake Threads): codegen only.
     "-relaxed-aliasing", "-pthread",
 })  # fmt: skip
