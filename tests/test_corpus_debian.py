@@ -303,6 +303,29 @@ def test_a_package_that_fails_to_compile_does_not_stop_the_others(
     assert summary["disk_bytes"] > 0
 
 
+def test_a_package_whose_captured_flags_would_be_refused_at_load_fails_at_build(
+    src_cache: Path, tmp_path: Path
+) -> None:
+    """With the real compiler: a build whose commands carry a flag the corpus loader refuses
+    (here -ftime-trace, which writes a file) fails as step "validate", naming the flag,
+    instead of writing a sub-corpus that every later snapshot would skip."""
+    write_tree(src_cache / "traced" / "traced-1.0", {
+        "debian/control": "",
+        "Makefile": "libt.a: t.o\n\tar rcs $@ $^\n"
+                    "%.o: %.c\n\t$(CC) $(CFLAGS) -ftime-trace -c $< -o $@\n",
+        "t.c": "int t(int x) { return x + 1; }\n",
+    })
+    recipes = {**tiny_recipes(), "traced": Recipe("traced", "c", (("make", "libt.a"),))}
+    out = tmp_path / "corpora"
+    config = DebianConfig(output_dir=out, src_cache=src_cache, build_root=tmp_path / "build",
+                          progress=False)
+    traced, tiny = build_debian_corpora(["traced", "tiny"], config, recipes=recipes,
+                                        fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    assert (traced.status, traced.step, tiny.status) == ("failed", "validate", "built")
+    assert "-ftime-trace" in traced.error
+    assert not (out / "traced").exists()
+
+
 def _filler(prefix: str, size: int) -> str:
     """C source of about `size` bytes: many small distinct functions."""
     lines, i = [], 0

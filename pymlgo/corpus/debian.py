@@ -51,6 +51,7 @@ from pymlgo.corpus.extract import extract_objects, objects_from_compile_commands
 from pymlgo.corpus.format import (
     DESCRIPTION_FILE,
     CorpusError,
+    load_corpus,
     read_description,
     write_description_dict,
 )
@@ -524,6 +525,13 @@ def build_package(
                     unity_info = {"modules": 0, "error": f"{type(exc).__name__}: {exc}"}
                     print(f"mlgo: unity modules of {recipe.package} left out: {exc}",
                           file=log, flush=True)
+        try:
+            # What training will load: a module whose flags the loader refuses must fail
+            # the build here, named, not vanish from every snapshot later.
+            load_corpus(staging)
+        except CorpusError as exc:
+            raise DebianError(f"{recipe.package}: the captured corpus does not load: {exc}",
+                              step="validate") from exc
         info = {
             "package": recipe.package,
             "recipe": recipe.key(),
