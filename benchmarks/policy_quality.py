@@ -164,17 +164,7 @@ def summary(report: EvalReport) -> dict[str, Any]:
 
 
 def by_package(report: EvalReport) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for m in report.ok_modules:
-        row = out.setdefault(m.name.split("/", 1)[0],
-                             {"baseline_bytes": 0, "policy_bytes": 0, "modules": 0})
-        row["baseline_bytes"] += m.baseline_bytes or 0
-        row["policy_bytes"] += m.policy_bytes or 0
-        row["modules"] += 1
-    for row in out.values():
-        base = row["baseline_bytes"]
-        row["change"] = row["policy_bytes"] / base - 1.0 if base else 0.0
-    return dict(sorted(out.items()))
+    return report.by_package()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -107,6 +107,27 @@ def test_guarded_total_keeps_the_smaller_side_per_module():
     assert "guarded" in format_table(report)
 
 
+def test_packages_are_module_names_first_component_and_failures_are_left_out():
+    rows = (ModuleRow("zlib/inflate", 1000, 900, 1, None),
+            ModuleRow("zlib/_unity/u0", 3000, 3100, 1, None),
+            ModuleRow("lz4/lz4", 500, 500, 1, None), ModuleRow("lz4/x", 9, None, 0, "boom"))
+    report = EvalReport("inlining", "p", {"path": "clang", "version": "22"}, rows)
+    packages = report.by_package()
+    assert list(packages) == ["lz4", "zlib"]
+    assert packages["zlib"] == {"modules": 2, "baseline_bytes": 4000, "policy_bytes": 4000,
+                                "change": 0.0}
+    assert packages["lz4"]["modules"] == 1
+
+
+def test_largest_growth_looks_only_at_modules_as_big_as_asked():
+    rows = (ModuleRow("small", 100, 200, 1, None), ModuleRow("big", 70000, 70700, 1, None),
+            ModuleRow("bigger", 90000, 89000, 1, None))
+    report = EvalReport("inlining", "p", {"path": "clang", "version": "22"}, rows)
+    assert report.largest_growth().name == "small"
+    assert report.largest_growth(65536).name == "big"
+    assert report.largest_growth(10**6) is None
+
+
 def test_size_buckets_split_modules_by_their_oz_bytes():
     rows = (ModuleRow("small", 4095, 4000, 1, None), ModuleRow("big", 65536, 66000, 1, None))
     report = EvalReport("inlining", "p", {"path": "clang", "version": "22"}, rows)

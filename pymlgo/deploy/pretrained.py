@@ -28,6 +28,7 @@ NAME = "inlining-oz"
 CONFIG_NAME = "configs/pretrained-inlining-oz.toml"
 POLICY_FILES = (POLICY_FILE, WEIGHTS_FILE, VOCAB_FILE)
 NUMBERS_FILE = "numbers.json"
+BIG_MODULE_BYTES = 65536  # issue 24's bucket: no held-out module this big may grow > 0.5%
 
 
 def repo_config() -> Path:
@@ -79,8 +80,10 @@ def train_command(config: Path, corpus: str, train_dir: Path, workers: int | Non
 
 def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
                    workers: int | None) -> dict[str, Any]:
-    """Size change vs -Oz of the policy on the training and held-out modules of the split
-    the training run used (the split is a function of the config's seed and fractions)."""
+    """Size change vs -Oz of the policy on the training, validation and held-out modules of
+    the split the training run used (a function of the config's seed, fractions and held-out
+    packages): totals, by section group and metric, by module-size bucket, by package, the
+    worst package and the big module (>= 64 KiB at -Oz) the policy grew most."""
     from pymlgo.cli import common
     from pymlgo.evaluate.eval import corpus_jobs, evaluate
     from pymlgo.policy.store import load_policy_dir
@@ -100,9 +103,19 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
         for name, modules in (("train", split.train), ("validation", split.validation),
                               ("heldout", split.heldout)):
             rep = evaluate(ex, compiler, corpus_jobs(corpus, modules), policy, spec=spec)
+            packages = rep.by_package()
+            worst = max(packages, key=lambda k: packages[k]["change"], default=None)
+            big = rep.largest_growth(BIG_MODULE_BYTES)
             out[name] = {"modules": len(rep.ok_modules), "baseline_bytes": rep.baseline_total,
                          "policy_bytes": rep.policy_total, "change": rep.change,
-                         "by_metric": rep.by_metric(), "by_group": rep.by_group()}
+                         "by_metric": rep.by_metric(), "by_group": rep.by_group(),
+                         "by_bucket": rep.by_bucket(), "by_package": packages,
+                         "worst_package": worst,
+                         "worst_package_change": packages[worst]["change"] if worst else None,
+                         "largest_growth_of_a_big_module": None if big is None else {
+                             "module": big.name, "baseline_bytes": big.baseline_bytes,
+                             "policy_bytes": big.policy_bytes,
+                             "change": (big.policy_bytes or 0) / (big.baseline_bytes or 1) - 1}}
     return out
 
 

@@ -146,6 +146,28 @@ class EvalReport:
                          "change": _change(b, p)}
         return out
 
+    def by_package(self) -> dict[str, dict[str, Any]]:
+        """Totals per package: a module name's first component (`mlgo corpus snapshot` and
+        `mlgo corpus debian` name modules PKG/...)."""
+        rows: dict[str, list[ModuleRow]] = {}
+        for m in self.ok_modules:
+            rows.setdefault(m.name.split("/", 1)[0], []).append(m)
+        out = {}
+        for pkg, ms in sorted(rows.items()):
+            b = sum(m.baseline_bytes or 0 for m in ms)
+            p = sum(m.policy_bytes or 0 for m in ms)
+            out[pkg] = {"modules": len(ms), "baseline_bytes": b, "policy_bytes": p,
+                        "change": _change(b, p)}
+        return out
+
+    def largest_growth(self, min_baseline_bytes: int = 0) -> ModuleRow | None:
+        """The module of at least `min_baseline_bytes` (-Oz) that the policy grew most, by
+        relative change; None when there is none."""
+        rows = [m for m in self.ok_modules if m.baseline_bytes and m.policy_bytes is not None
+                and m.baseline_bytes >= min_baseline_bytes]
+        return max(rows, key=lambda m: (m.policy_bytes or 0) / (m.baseline_bytes or 1),
+                   default=None)
+
     def measure_totals(self, measure: Measure) -> tuple[float, float]:
         """(baseline, policy) sums of `measure` over the modules that succeeded."""
         pairs = [m.measured(measure) for m in self.ok_modules]
