@@ -334,7 +334,12 @@ class TrainConfig:
             self.policy,
             hidden=self.policy.hidden if from_warm else self.hidden,
             quantiles=self.policy.quantiles if from_warm or self.vocab else self.quantiles)
-        return to_dict(self) | {"policy": to_dict(policy)}
+        d = to_dict(self) | {"policy": to_dict(policy)}
+        # A trace is a cache of clang's -Oz decisions on this corpus (checked against the -Oz
+        # sizes when read): the policy must not depend on where it was kept, or on whether a
+        # run recorded the decisions itself instead.
+        d.pop("traces", None)
+        return d
 
     @property
     def policy_warmstart(self) -> str | None:
@@ -346,7 +351,8 @@ class TrainConfig:
         d = self.provenance()
         keep = ("seed", "size_metric", "warmstart", "split", "policy", "bc", "vocab", "traces",
                 "compile", "out_of_range")
-        return {k: d[k] for k in keep if k in d} | {
+        return {k: d[k] for k in keep if k in d} | ({"traces": self.traces} if self.traces
+                                                    else {}) | {
             "bc_warmstart": self.warmstart == "bc" and self.algo != "bc"}
 
     def identity(self) -> dict[str, Any]:
