@@ -71,10 +71,29 @@ def training_corpus(sources: Sequence[str], output_dir: Path) -> str:
     return str(output_dir / "corpus")
 
 
-def train_command(config: Path, corpus: str, train_dir: Path, workers: int | None) -> list[str]:
+def read_corpus_list(path: Path) -> list[str]:
+    """Corpus specs, one per line (`demo`, `DIR` or `PKG=DIR`, `~` expanded), `#` comments:
+    the exact set of packages a shipped policy was trained on, so that a machine whose
+    corpus build made more (or fewer) packages still regenerates the same policy."""
+    specs = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, where = line.rpartition("=")
+        specs.append(f"{name}{sep}{os.path.expanduser(where)}" if sep else
+                     os.path.expanduser(line))
+    if not specs:
+        raise ValueError(f"{path}: no corpus listed")
+    return specs
+
+
+def train_command(config: Path, corpus: str, train_dir: Path, workers: int | None,
+                  traces: Path | None = None) -> list[str]:
     """The `mlgo train` arguments this regeneration runs (also what the README shows)."""
     argv = ["train", "--config", str(config), "--corpus", corpus, "--output_dir", str(train_dir),
             "--no-tensorboard"]
+    argv += ["--traces", str(traces)] if traces is not None else []
     return argv + (["--workers", str(workers)] if workers else [])
 
 
@@ -132,12 +151,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--corpus", action="append", default=None, metavar="[PREFIX=]DIR|demo",
                    help="corpus (default: demo); given more than once, the corpora are frozen "
                    "into one with `mlgo corpus snapshot` at DIR/corpus first (kept for reruns)")
+    p.add_argument("--corpus-list", dest="corpus_list", type=Path, default=None,
+                   metavar="FILE", help="corpus specs, one per line (as --corpus), "
+                   "added after any --corpus: the shipped policy's is "
+                   "configs/pretrained-inlining-oz.corpus")
     p.add_argument("--install-to", dest="install_to", type=Path, default=None, metavar="DIR",
                    help=f"where the policy goes (default: the package's pretrained/{NAME})")
     p.add_argument("--no-eval", dest="evaluate", action="store_false",
                    help="skip measuring the installed policy")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="compile workers (does not change the result)")
+    p.add_argument("--traces", type=Path, default=None, metavar="DIR",
+                   help="clang's -Oz decisions on this corpus, traced before (`mlgo trace "
+                   "--policy default`, or a policy_quality run's OUTPUT/trace): read instead "
+                   "of recorded again; does not change the result")
     args = p.parse_args(argv)
 
     from pymlgo.cli.main import main as mlgo
@@ -146,9 +173,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not config.is_file():
         print(f"pretrained: config {config} not found (pass --config)", file=sys.stderr)
         return 2
-    corpus = training_corpus(args.corpus or ["demo"], args.output_dir)
+    specs = list(args.corpus or [])
+    if args.corpus_list is not None:
+        try:
+            specs += read_corpus_list(args.corpus_list)
+        except (OSError, ValueError) as exc:
+            print(f"pretrained: --corpus-list: {exc}", file=sys.stderr)
+            return 2
+    corpus = training_corpus(specs or ["demo"], args.output_dir)
     train_dir = args.output_dir / "train"
-    rc = mlgo(train_command(config, corpus, train_dir, args.workers))
+    rc = mlgo(train_command(config, corpus, train_dir, args.workers, args.traces))
     if rc != 0:
         return rc
     dest = args.install_to or pretrained_root() / NAME
