@@ -221,3 +221,24 @@ def test_mlgo_ir2vec_check_warns_about_missing_entities(tmp_path):
                           str(path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert "dimension 2" in res.stdout and "Opcodes.Freeze" in res.stderr
+
+
+def test_a_traced_compile_with_a_vocabulary_records_embeddings_and_decides_as_before(
+        compiler, minic_jobs, minic_counts, tmp_path):
+    from pymlgo.problems.inlining.policies import builtin_policy
+    from pymlgo.problems.inlining.problem import INLINING, InliningOptions
+
+    path = tmp_path / "v.json"
+    vocab_file.save(learn_vocab(minic_counts, TransEConfig(dim=6, steps=50)).vocab, path)
+    job = max(minic_jobs, key=lambda j: len(j.bitcode))
+    policy = builtin_policy("default")
+    plain = INLINING.compile(compiler, job, policy, CompileSettings(record=True))
+    with_vocab = INLINING.compile(
+        compiler, job, policy,
+        CompileSettings(record=True, options=InliningOptions(ir2vec_vocab=path)))
+    assert plain.ok and with_vocab.ok, (plain.error, with_vocab.error)
+    assert with_vocab.size == plain.size and with_vocab.decisions == plain.decisions
+    traj = with_vocab.trajectory
+    assert traj is not None and "callee_embedding" not in plain.trajectory.features
+    assert traj.features["callee_embedding"].shape == (len(traj), 6)
+    assert traj.features["caller_embedding"].dtype == np.float32
