@@ -242,3 +242,35 @@ def test_a_traced_compile_with_a_vocabulary_records_embeddings_and_decides_as_be
     assert traj is not None and "callee_embedding" not in plain.trajectory.features
     assert traj.features["callee_embedding"].shape == (len(traj), 6)
     assert traj.features["caller_embedding"].dtype == np.float32
+
+
+# --- a policy and its vocabulary --------------------------------------------------------
+
+
+def test_a_saved_policy_carries_its_vocabulary_and_compiles_with_it(compiler, minic_jobs,
+                                                                   minic_counts, tmp_path):
+    import dataclasses
+
+    from pymlgo.policy.store import IR2VEC_FILE, PolicyLoadError, load_policy_dir, save_policy
+    from pymlgo.problems.inlining.compile import compile_with_policy
+    from tests.test_policy_inlining import make_policy
+
+    path = tmp_path / "v.json"
+    vocab_file.save(learn_vocab(minic_counts, TransEConfig(dim=5, steps=50)).vocab, path)
+    policy = dataclasses.replace(make_policy(), ir2vec_vocab=path)
+    save_policy(policy, tmp_path / "p")
+    path.write_text("{}")  # the policy's copy is what counts from now on
+    loaded = load_policy_dir(tmp_path / "p")
+    assert loaded.ir2vec_vocab == (tmp_path / "p" / IR2VEC_FILE).absolute()
+    doc = json.loads((tmp_path / "p" / "policy.json").read_text())
+    assert doc["files"][IR2VEC_FILE]["sha256"] == vocab_file.file_sha256(loaded.ir2vec_vocab)
+
+    job = max(minic_jobs, key=lambda j: len(j.bitcode))
+    res = compile_with_policy(compiler, job, loaded, record=True)
+    assert res.ok, res.error
+    assert res.trajectory is not None
+    assert res.trajectory.features["callee_embedding"].shape[1:] == (5,)
+
+    (tmp_path / "p" / IR2VEC_FILE).write_text(vocab_file.dumps(_vocab(5)))
+    with pytest.raises(PolicyLoadError, match="checksum mismatch"):
+        load_policy_dir(tmp_path / "p")
