@@ -274,3 +274,25 @@ def test_a_saved_policy_carries_its_vocabulary_and_compiles_with_it(compiler, mi
     (tmp_path / "p" / IR2VEC_FILE).write_text(vocab_file.dumps(_vocab(5)))
     with pytest.raises(PolicyLoadError, match="checksum mismatch"):
         load_policy_dir(tmp_path / "p")
+
+
+def test_mlgo_trace_with_a_vocabulary_logs_embeddings_that_mlgo_vocab_leaves_out(
+        minic_jobs, minic_counts, tmp_path, monkeypatch, capsys):
+    from pymlgo.evaluate.trace import load_traces
+    from tests.test_trace_cli import run_cli, write_corpus
+
+    monkeypatch.setenv("MLGO_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "v.json"
+    vocab_file.save(learn_vocab(minic_counts, TransEConfig(dim=7, steps=50)).vocab, path)
+    corpus = write_corpus(tmp_path / "corpus", minic_jobs)
+    out = tmp_path / "traces"
+    assert run_cli("trace", "--corpus", str(corpus), "--output_dir", str(out),
+                   "--workers", "1", "--ir2vec", str(path)) == 0
+    logged = [traj for _, traj, _ in load_traces(out) if len(traj)]
+    assert logged and all(t.features["caller_embedding"].shape == (len(t), 7) for t in logged)
+    info = json.loads((out / "trace.json").read_text())
+    assert info["ir2vec_sha256"] == vocab_file.file_sha256(path)
+    assert run_cli("vocab", "--traces", str(out), "--output_dir", str(tmp_path / "q")) == 0
+    quantile = json.loads((tmp_path / "q" / "vocab.json").read_text())
+    names = {f["name"] for f in quantile["features"]}
+    assert names and not names & set(vocab_file.EMBEDDING_FEATURES)
