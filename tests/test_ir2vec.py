@@ -296,3 +296,21 @@ def test_mlgo_trace_with_a_vocabulary_logs_embeddings_that_mlgo_vocab_leaves_out
     quantile = json.loads((tmp_path / "q" / "vocab.json").read_text())
     names = {f["name"] for f in quantile["features"]}
     assert names and not names & set(vocab_file.EMBEDDING_FEATURES)
+
+
+def test_mlgo_cc_compiles_a_policy_with_the_vocabulary_it_carries(tmp_path):
+    import dataclasses
+
+    from pymlgo.deploy.cc import IR2VEC_FILE, policy_ir2vec_args
+    from pymlgo.policy import store
+    from tests.test_policy_inlining import make_policy
+
+    assert IR2VEC_FILE == store.IR2VEC_FILE
+    path = tmp_path / "v.json"
+    vocab_file.save(_vocab(3), path)
+    store.save_policy(dataclasses.replace(make_policy(), ir2vec_vocab=path), tmp_path / "p")
+    store.save_policy(make_policy(), tmp_path / "plain")
+    carried = (tmp_path / "p" / IR2VEC_FILE).absolute()
+    assert policy_ir2vec_args(str(tmp_path / "p")) == vocab_file.clang_flags(carried)
+    assert policy_ir2vec_args(str(tmp_path / "plain")) == []
+    assert policy_ir2vec_args("default") == []
