@@ -13,6 +13,7 @@ _COMMANDS = (
     "demo", "corpus", "eval", "trace", "vocab", "train", "pool", "export", "cc", "ir2native",
 )
 _COMMANDS += ("search",)  # per-module decision search (pymlgo/cli/search.py)
+_COMMANDS += ("ir2vec",)  # IR2Vec vocabularies for the inliner (pymlgo/cli/ir2vec.py)
 # Handed their arguments untouched, before argparse: compiler arguments look like options.
 _COMPILER_TOOLS = ("cc", "c++")
 

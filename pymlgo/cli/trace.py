@@ -10,7 +10,7 @@ from pymlgo.cli import common
 from pymlgo.evaluate.eval import corpus_jobs
 from pymlgo.evaluate.trace import TraceSummary, trace_corpus
 from pymlgo.policy.store import load_policy
-from pymlgo.problems.inlining.problem import INLINING
+from pymlgo.problems.inlining.problem import INLINING, InliningOptions
 from pymlgo.protocol.features import FeatureMismatchError
 from pymlgo.toolchain.compiler import CompilerError, find_compiler
 from pymlgo.workers.protocol import Executor, ExecutorError, WorkSpec
@@ -60,6 +60,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "written for the inliner only)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic policies")
+    p.add_argument(
+        "--ir2vec", type=Path, default=None, metavar="FILE",
+        help="IR2Vec vocabulary (`mlgo ir2vec vocab`): the logs also record clang's "
+        "callee_embedding and caller_embedding (float[dim]); a saved policy with its own "
+        "vocabulary always uses that one",
+    )
     common.add_size_metric_arg(p)
     common.add_worker_args(p)
     common.add_compiler_args(p)
@@ -72,6 +78,17 @@ def _executor(cluster: str | None, workers: int | None) -> Executor:
     from pymlgo.workers import make_executor
 
     return make_executor(cluster, workers)
+
+
+def _ir2vec_options(vocab: Path | None) -> InliningOptions | None:
+    """Options that make compiles send embeddings; the file is checked first (a vocabulary
+    clang refuses fails every compile) and missing entities warn."""
+    if vocab is None:
+        return None
+    from pymlgo.ir2vec.vocab_file import load, warn_missing
+
+    warn_missing(load(vocab), str(vocab))
+    return InliningOptions(ir2vec_vocab=vocab.absolute())
 
 
 def format_summary(summary: TraceSummary) -> str:
@@ -96,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         compiler = find_compiler(args.clang)
         policy = load_policy(args.policy, problem=args.problem, seed=args.seed)
         corpus = common.resolve_corpus(args.corpus, command_override=override, clang=args.clang)
+        options = _ir2vec_options(args.ir2vec)
     except (CompilerError, ValueError, OSError) as exc:
         print(f"mlgo trace: {exc}", file=sys.stderr)
         return 2
@@ -106,8 +124,13 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         edits=flags.flag_edits(),
         size_metric=common.size_metric(args),
+        options=options,
     )
     metadata = {"policy_spec": args.policy, "seed": args.seed, "corpus": str(args.corpus)}
+    if args.ir2vec is not None:
+        from pymlgo.ir2vec.vocab_file import file_sha256
+
+        metadata["ir2vec_sha256"] = file_sha256(args.ir2vec)
     if override is not None:  # so `mlgo train --traces` can refuse other flags
         metadata["command_override"] = list(override)
     bar, on_result = common.progress(2 * len(jobs), f"trace {policy.name}")

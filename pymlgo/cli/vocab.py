@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from pymlgo.evaluate.trace import trace_columns
+from pymlgo.ir2vec.vocab_file import EMBEDDING_FEATURES
 from pymlgo.policy.vocab import DEFAULT_QUANTILES, build_vocab, save_vocab
 
 VOCAB_FILE = "vocab.json"
@@ -66,7 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         columns = trace_columns(args.traces)
-        names = [n for n in columns if args.include_default or n != HEURISTIC_FEATURE]
+        # IR2Vec embeddings (float[dim], traces made with --ir2vec) are not quantile inputs
+        names = [n for n in columns if (args.include_default or n != HEURISTIC_FEATURE)
+                 and n not in EMBEDDING_FEATURES]
         vocab = build_vocab(
             columns, quantiles=args.quantiles, features=names, with_square=args.with_square
         )

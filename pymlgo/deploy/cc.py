@@ -246,6 +246,27 @@ def policy_reads_default(spec: str) -> bool:
         return True  # loading the policy will say what is wrong with it
 
 
+IR2VEC_FILE = "ir2vec.json"  # = policy.store.IR2VEC_FILE
+
+
+def policy_ir2vec_args(spec: str) -> list[str]:
+    """The IR2Vec flags of a saved policy that carries its vocabulary (policy.json lists
+    ir2vec.json): clang then embeds with that very file. Both flags are needed (see
+    `ir2vec.vocab_file.clang_flags`, kept equal by a test); read without numpy."""
+    path = saved_policy_dir(spec)
+    if path is None:
+        return []
+    try:
+        files = json.loads((path / "policy.json").read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []  # loading the policy will say what is wrong with it
+    if not isinstance(files, dict) or IR2VEC_FILE not in files:
+        return []
+    vocab = (path / IR2VEC_FILE).absolute()
+    return ["-mllvm", f"-ml-inliner-ir2vec-vocab-file={vocab}",
+            "-mllvm", f"-ir2vec-vocab-path={vocab}"]
+
+
 def level_args(inv: Invocation) -> list[str]:
     """What the bundled driver needs to run cc1 at the level asked for (zig cc alone runs
     cc1 at -Os for -Oz); nothing for another clang."""
@@ -255,7 +276,8 @@ def level_args(inv: Invocation) -> list[str]:
 def policy_command(inv: Invocation, driver: Sequence[str], base: Path) -> list[str]:
     """The full compiler command when the policy answers the inliner."""
     channel = channel_args(base, include_default=policy_reads_default(inv.policy))
-    return [*driver, *inv.compiler_args, *level_args(inv), *channel]
+    return [*driver, *inv.compiler_args, *level_args(inv), *channel,
+            *policy_ir2vec_args(inv.policy)]
 
 
 def reference_command(inv: Invocation, driver: Sequence[str]) -> list[str]:

@@ -192,6 +192,7 @@ def trace_corpus(
         timeout=base.timeout,
         edits=base.edits,
         size_metric=base.size_metric,
+        options=base.options,  # e.g. an IR2Vec vocabulary: the logs then hold embeddings
     )
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.tmp-"))

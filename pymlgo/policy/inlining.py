@@ -14,6 +14,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -63,6 +64,9 @@ class InliningPolicy:
     seed: int = 0
     hyperparameters: Mapping[str, object] = field(default_factory=dict)
     name: str = "mlp"
+    # The IR2Vec vocabulary file clang embeds with when this policy compiles (None: none).
+    # Saved with the policy and checked by its sha256, so it never compiles with another.
+    ir2vec_vocab: Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))

@@ -42,6 +42,7 @@ from pymlgo.protocol.tensor_spec import TensorSpec
 from pymlgo.toolchain.files import write_atomic
 
 POLICY_FILE, WEIGHTS_FILE, VOCAB_FILE = "policy.json", "weights.npz", "vocab.json"
+IR2VEC_FILE = "ir2vec.json"  # the IR2Vec vocabulary clang embeds with, if the policy has one
 # policy.json's normalization kind per vocab tail: "quantile" (values clipped at the last
 # boundary, every policy saved before tails existed) or "quantile-log-tail"
 NORMALIZATION_KINDS = {"clip": "quantile", "log": "quantile-log-tail"}
@@ -100,7 +101,11 @@ def _read_weights(data: bytes, where: Path) -> MLPParams:
         raise PolicyLoadError(f"{where}: {exc}") from exc
 
 
-def policy_document(policy: InliningPolicy, weights_sha: str, vocab_sha: str) -> dict[str, Any]:
+def policy_document(policy: InliningPolicy, weights_sha: str, vocab_sha: str,
+                    ir2vec_sha: str | None = None) -> dict[str, Any]:
+    files = {WEIGHTS_FILE: {"sha256": weights_sha}, VOCAB_FILE: {"sha256": vocab_sha}}
+    if ir2vec_sha is not None:
+        files[IR2VEC_FILE] = {"sha256": ir2vec_sha}
     return {
         "format": POLICY_FORMAT,
         "version": policy.version,
@@ -121,7 +126,7 @@ def policy_document(policy: InliningPolicy, weights_sha: str, vocab_sha: str) ->
         ],
         "advice": ADVICE_SPEC.to_json(),
         "hyperparameters": dict(policy.hyperparameters),
-        "files": {WEIGHTS_FILE: {"sha256": weights_sha}, VOCAB_FILE: {"sha256": vocab_sha}},
+        "files": files,
     }
 
 
@@ -135,13 +140,17 @@ def save_policy(policy: InliningPolicy, directory: Path) -> None:
     parse_version(policy.version)
     weights = weights_bytes(policy.params)
     vocab = dumps_vocab(policy.vocab).encode()
-    doc = policy_document(policy, _sha256(weights), _sha256(vocab))
+    ir2vec = None if policy.ir2vec_vocab is None else Path(policy.ir2vec_vocab).read_bytes()
+    doc = policy_document(policy, _sha256(weights), _sha256(vocab),
+                          None if ir2vec is None else _sha256(ir2vec))
     try:
         text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
     except (TypeError, ValueError) as exc:
         raise ValueError(f"policy hyperparameters must be plain JSON values: {exc}") from exc
     write_atomic(directory / WEIGHTS_FILE, weights)
     write_atomic(directory / VOCAB_FILE, vocab)
+    if ir2vec is not None:
+        write_atomic(directory / IR2VEC_FILE, ir2vec)
     write_atomic(directory / POLICY_FILE, text.encode())
 
 
@@ -176,8 +185,13 @@ def load_policy_dir(directory: Path) -> InliningPolicy:
 
     blobs = {}
     files = doc.get("files")
-    for fname in (WEIGHTS_FILE, VOCAB_FILE):
-        data = (directory / fname).read_bytes()
+    has_ir2vec = isinstance(files, dict) and IR2VEC_FILE in files
+    for fname in (WEIGHTS_FILE, VOCAB_FILE, *((IR2VEC_FILE,) if has_ir2vec else ())):
+        try:
+            data = (directory / fname).read_bytes()
+        except FileNotFoundError:
+            raise PolicyLoadError(f"{directory}: incomplete policy directory, missing {fname}"
+                                  ) from None
         entry = files.get(fname) if isinstance(files, dict) else None
         want = entry.get("sha256") if isinstance(entry, dict) else None
         if want != _sha256(data):
@@ -216,6 +230,7 @@ def load_policy_dir(directory: Path) -> InliningPolicy:
             version=str(version),
             hyperparameters=doc.get("hyperparameters") or {},
             name=str(doc.get("name", "mlp")),
+            ir2vec_vocab=(directory / IR2VEC_FILE).absolute() if has_ir2vec else None,
         )
     except (ValueError, TypeError) as exc:
         raise PolicyLoadError(f"{directory}: {exc}") from exc

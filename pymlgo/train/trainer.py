@@ -47,6 +47,7 @@ from pymlgo.evaluate.baseline import baseline_sizes
 from pymlgo.evaluate.eval import corpus_jobs
 from pymlgo.ir2native.estimates import from_extra
 from pymlgo.ir2native.model import IR2NativeModel
+from pymlgo.ir2vec.vocab_file import EMBEDDING_FEATURES
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.mlp import init_mlp
 from pymlgo.policy.store import save_policy
@@ -280,8 +281,10 @@ def _demonstrations(episodes: list[Episode], features: tuple[str, ...]) -> Demon
 def _input_features(config: TrainConfig, episodes: list[Episode]) -> tuple[str, ...]:
     if config.policy.features is not None:
         return config.policy.features
-    # clang's own decision is the label, never an input (as in MLGO)
-    return tuple(n for n in _compiler_features(episodes) if n != DEFAULT_FEATURE)
+    # clang's own decision is the label, never an input (as in MLGO); IR2Vec embeddings
+    # (float[dim], from traces made with --ir2vec) are not quantile inputs
+    return tuple(n for n in _compiler_features(episodes)
+                 if n != DEFAULT_FEATURE and n not in EMBEDDING_FEATURES)
 
 
 def _compiler_features(episodes: list[Episode]) -> tuple[str, ...]:

@@ -53,6 +53,14 @@ def channel_flags(base: Path, *, include_default: bool = True) -> list[str]:
 _REMARKS = "inline-remarks.yaml"
 
 
+def _ir2vec_flags(vocab: Path | None) -> list[str]:
+    if vocab is None:
+        return []
+    from pymlgo.ir2vec.vocab_file import clang_flags
+
+    return clang_flags(vocab)
+
+
 def _estimate_flags(estimator: IR2NativeModel | None, tmp: Path) -> list[str]:
     """With an IR2Native model: the flags that make the compile report its decisions'
     callers (remarks) and its post-inlining IR (on stderr)."""
@@ -122,6 +130,7 @@ def compile_with_policy(
     estimator: IR2NativeModel | None = None,
     size_metric: str = DEFAULT_SIZE_METRIC,
     heuristic_feature: str | None = None,
+    ir2vec_vocab: Path | None = None,
 ) -> ModuleResult:
     """Compile `job` at -Oz with `policy` answering every inlining decision; `size` is the
     object's bytes by `size_metric`, `sizes` its bytes by section group.
@@ -134,9 +143,14 @@ def compile_with_policy(
     estimated bytes (`fn:NAME`) and a recorded trajectory's `contexts` name the caller of
     each decision (left empty if the remarks do not match the decisions one to one).
 
+    With an IR2Vec vocabulary file `ir2vec_vocab` (`pymlgo.ir2vec`), clang also sends
+    `callee_embedding` and `caller_embedding` (float[dim]); a policy that carries its own
+    vocabulary (`ir2vec_vocab` attribute) is always compiled with that one.
+
     Never raises for a bad module: compiler failure, timeout or a channel error becomes
     `ModuleResult.error`, so a corpus run goes on.
     """
+    ir2vec_vocab = getattr(policy, "ir2vec_vocab", None) or ir2vec_vocab
     decide = policy.for_module(job.module)
     required = policy.required_features
     include_default = record or DEFAULT_FEATURE in required
@@ -163,7 +177,7 @@ def compile_with_policy(
         # clang's decision only where it is used: a policy that reads it, or a recorded
         # trajectory (traces and behaviour cloning keep it as the label)
         return [*channel_flags(base, include_default=include_default),
-                *_estimate_flags(estimator, tmp)]
+                *_ir2vec_flags(ir2vec_vocab), *_estimate_flags(estimator, tmp)]
 
     settings = CompileSettings(timeout=timeout, record=record, edits=edits,
                                memory_mb=memory_mb, size_metric=size_metric)

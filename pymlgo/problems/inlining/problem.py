@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pymlgo.problems.base import (
@@ -24,13 +25,19 @@ if TYPE_CHECKING:  # numpy only, but most compiles never need it
 class InliningOptions:
     """Inlining's `CompileSettings.options`: with an IR2Native `estimator`, every result's
     `extra` holds per-function size estimates and a recorded trajectory the caller of each
-    decision (partial rewards)."""
+    decision (partial rewards). With an IR2Vec vocabulary file `ir2vec_vocab`, compiles with
+    a policy make clang send `callee_embedding` and `caller_embedding` (float[dim])."""
 
     estimator: IR2NativeModel | None = None
+    ir2vec_vocab: Path | None = None
 
 
 def estimator_of(options: Any) -> IR2NativeModel | None:
     return options.estimator if isinstance(options, InliningOptions) else None
+
+
+def ir2vec_vocab_of(options: Any) -> Path | None:
+    return options.ir2vec_vocab if isinstance(options, InliningOptions) else None
 
 
 @dataclass(frozen=True)
@@ -56,7 +63,7 @@ class InliningProblem:
         return inl.compile_with_policy(
             compiler, job, policy, timeout=settings.timeout, record=settings.record,
             edits=settings.edits, memory_mb=settings.memory_mb, estimator=estimator,
-            size_metric=settings.size_metric,
+            size_metric=settings.size_metric, ir2vec_vocab=ir2vec_vocab_of(settings.options),
         )
 
     def cache_extra(self, result: ModuleResult) -> Mapping[str, float]:
