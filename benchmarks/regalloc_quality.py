@@ -1,12 +1,20 @@
 """Quality of a trained eviction policy: weighted spill/reload/copy cost on held-out modules
 vs the stock advisor, and a real program's executed instructions and wall time.
 
-Reads a run directory written by `mlgo train --problem regalloc` (its `split.json` names the
-held-out modules; the policy is `best/`), evaluates the policy on the held-out modules of
-the demo corpus, then runs `regalloc_perf.perf_report` (callgrind, wall, perf) for the
-codec driver built with it. Prints JSON. The issue's target: held-out cost change <= -2 %.
+Reads a run directory written by `mlgo train --problem regalloc` (its `setup.pkl` holds the
+split that names the held-out modules; the policy is `best/`), evaluates the policy on the
+held-out modules of the demo corpus, then runs `regalloc_perf.perf_report` (callgrind, wall,
+perf) for the codec driver built with it. Prints JSON. The issue's target: held-out cost
+change <= -2 %. Stop 13's run used these ES settings (ra-es.toml):
 
-    mlgo train --problem regalloc --algo es --output_dir /tmp/ra-run --time-budget 30
+    [es]
+    population = 6
+    sigma = 0.2
+    learning_rate = 0.05
+    modules_per_iteration = 8
+
+    mlgo train --problem regalloc --algo es --config ra-es.toml --output_dir /tmp/ra-run \
+        --time-budget 30
     python benchmarks/regalloc_quality.py --run /tmp/ra-run
 """
 
@@ -14,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import sys
 from pathlib import Path
 
@@ -24,6 +33,7 @@ from pymlgo.corpus.format import load_corpus
 from pymlgo.evaluate.eval import corpus_jobs, evaluate
 from pymlgo.policy.regalloc import load_spec
 from pymlgo.toolchain.compiler import find_compiler
+from pymlgo.train.trainer import SETUP_FILE
 from pymlgo.workers import WorkSpec, make_executor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,7 +50,8 @@ def main() -> int:
     ap.add_argument("--program", default="codec", choices=("codec", "lz4"))
     ap.add_argument("--skip-program", action="store_true", help="held-out costs only")
     args = ap.parse_args()
-    split = json.loads((args.run / "split.json").read_text())
+    with (args.run / SETUP_FILE).open("rb") as f:
+        split = pickle.load(f).split.to_dict()
     spec = args.policy or str(args.run / "best")
     policy = load_spec(spec)
     compiler = find_compiler(None)

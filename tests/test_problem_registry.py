@@ -28,6 +28,9 @@ PROBLEMS_DIR = PACKAGE / "problems"
 # Every name a problem has or is planned to have, registered or not yet.
 PROBLEM_NAMES = frozenset({"inlining", "regalloc", "regalloc-evict", "regalloc-priority",
                            *registry.names()})
+# The registered Problem objects by the names their modules bind them to: comparing with one
+# (`problem is INLINING`) is a branch on the problem as much as comparing its name.
+PROBLEM_OBJECTS = frozenset({"INLINING", "REGALLOC_EVICT", "REGALLOC_PRIORITY"})
 
 
 def _mentions(node: ast.AST, aliases: set[str]) -> bool:
@@ -49,7 +52,7 @@ def name_branches(source: str) -> Iterator[tuple[int, str]]:
     comparisons (==, !=, in, is), match cases, dict tables keyed by a name, and argparse
     `choices=` lists written out by hand."""
     tree = ast.parse(source)
-    aliases = {
+    aliases = set(PROBLEM_OBJECTS) | {
         t.id if isinstance(t, ast.Name) else t.attr
         for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AnnAssign))
         and node.value is not None and _mentions(node.value, set())
@@ -90,6 +93,8 @@ def test_no_module_above_problems_branches_on_a_problem_name():
     'match name:\n    case "regalloc-priority":\n        pass\n',
     'RUNNERS = {"inlining": run}\n',
     'p.add_argument("--problem", choices=["inlining", "regalloc"])\n',
+    'from pymlgo.problems.inlining.problem import INLINING\nif problem is INLINING:\n    pass\n',
+    'if spec.problem == registry.REGALLOC_EVICT:\n    pass\n',
 ])
 def test_the_scan_finds_every_kind_of_branch_on_a_name(source):
     assert list(name_branches(source))

@@ -54,7 +54,7 @@ def test_eval_refuses_an_unknown_regalloc_policy(small_corpus, capsys):
     assert rc == 2 and "unknown regalloc policy" in capsys.readouterr().err
 
 
-def test_train_es_writes_policies_scalars_and_split(small_corpus, tmp_path):
+def test_train_es_writes_policies_and_scalars(small_corpus, tmp_path):
     cfg = tmp_path / "ra.toml"
     cfg.write_text("[es]\npopulation = 1\nmodules_per_iteration = 2\n")
     out = tmp_path / "run"
@@ -62,14 +62,11 @@ def test_train_es_writes_policies_scalars_and_split(small_corpus, tmp_path):
                "--output_dir", str(out), "--iterations", "1", "--seed", "2", "--config",
                str(cfg), "--workers", "2"])
     assert rc == 0
-    split = json.loads((out / "split.json").read_text())
-    assert sorted(split["train"] + split["validation"] + split["heldout"]) == sorted(MODULES)
     assert len((out / "scalars.jsonl").read_text().splitlines()) == 2
-    # the same scalars as TensorBoard events (tensorboard is a test dependency)
-    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     policy = load_eviction_policy(out / "best")
-    assert policy.hyperparameters["algorithm"] == "es"
-    assert policy.hyperparameters["es"]["population"] == 1
+    assert policy.hyperparameters["algo"] == "es"
+    assert policy.hyperparameters["config"]["es"]["population"] == 1
+    assert policy.hyperparameters["config"]["warmstart"] == ""  # no bc for eviction
 
 
 def test_train_rejects_unknown_config_keys(small_corpus, tmp_path, capsys):

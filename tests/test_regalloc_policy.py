@@ -116,7 +116,7 @@ def test_unknown_specs_and_foreign_files_are_refused(tmp_path):
 
 def test_the_policy_path_does_not_import_torch():
     code = ("import sys; import pymlgo.policy.regalloc, pymlgo.problems.regalloc.compile, "
-            "pymlgo.train.regalloc_es, pymlgo.train.regalloc_run; "
+            "pymlgo.train.regalloc, pymlgo.train.es, pymlgo.train.trainer; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

@@ -11,7 +11,7 @@ from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.mlp import init_mlp
 from pymlgo.policy.vocab import build_vocab
 from pymlgo.train.config import ConfigError, ESConfig, make_config, to_dict
-from pymlgo.train.env import Episode, byte_weights, objective
+from pymlgo.train.env import BYTES, ByteScoring, Episode, byte_weights, objective
 from pymlgo.train.es import EvolutionStrategies
 
 # -Oz bytes of a big translation unit (>= 64 KB, an amalgamation-like module) and a small
@@ -68,6 +68,7 @@ class TwoModuleEnv:
 
     baselines: dict[str, int] = field(default_factory=lambda: {"zstd/big": BIG,
                                                                "lz4/small": SMALL})
+    scoring: ByteScoring = BYTES
 
     def sample_modules(self, rng: np.random.Generator, n: int) -> list[str]:
         return sorted(self.baselines)

@@ -1,4 +1,5 @@
-"""`mlgo train`: train an inlining-for-size policy with bc, ppo, es or dqn."""
+"""`mlgo train`: train a policy of any registered problem (`--problem`) with the one
+trainer (`train/trainer.py`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from pymlgo.cli import common
 from pymlgo.problems import registry
-from pymlgo.problems.base import Problem
-from pymlgo.problems.inlining.problem import INLINING
 
 if TYPE_CHECKING:  # torch-free, but `mlgo --help` should not import the trainer
     from pymlgo.train.config import TrainConfig
@@ -23,7 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "train",
         help="train a policy (bc, ppo, es, dqn, il); checkpoints, resume, TensorBoard",
         description=(
-            "Train an inlining-for-size policy on the training split of a corpus. Every "
+            "Train a policy on the training split of a corpus: by default an inlining-"
+            "for-size policy; --problem regalloc-evict learns the register allocator's "
+            "eviction advisor (es or ppo) against the stock advisor's weighted spill cost. "
+            "Every "
             "iteration is checkpointed to OUTPUT_DIR; rerunning the same command on an "
             "OUTPUT_DIR that holds a checkpoint resumes it. The policy with the smallest "
             "total size (--size-metric; default: every allocated section, what ships) on "
@@ -53,8 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    default=None, metavar="MIN",
                    help="stop starting iterations after MIN minutes in total (setup included)")
     p.add_argument("--warmstart", default=None, metavar="P",
-                   help="bc (default: behaviour-clone clang's heuristic first), none, or a "
-                   "saved policy to start from as --policy takes it (a directory, e.g. "
+                   help="bc (default where clang sends its own decision, i.e. inlining: "
+                   "behaviour-clone clang's heuristic first; elsewhere none: a new policy), "
+                   "none, or a saved policy to start from as --policy takes it (a directory, e.g. "
                    "OTHER_RUN/best, or pretrained:NAME); its network and features are used "
                    "as they are, so [policy] keys that disagree with them are an error")
     p.add_argument("--vocab", default=None, metavar="DIR",
@@ -82,10 +85,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "ir2native dataset --corpus C --output D.json` then `mlgo ir2native train "
                    "--dataset D.json --output MODEL.json`; default: fit one on the training "
                    "split's modules (saved as OUTPUT_DIR/ir2native-model.json)")
-    p.add_argument("--problem", default=registry.DEFAULT.name, choices=registry.names(),
-                   help=f"default: {registry.DEFAULT.name}. {registry.help_text()}. "
-                   "Register allocation trains with --algo es or ppo and writes best/, "
-                   "final/, scalars.jsonl, split.json")
+    p.add_argument("--problem", default=None, choices=registry.names(),
+                   help=f"default: the config's problem, else {registry.DEFAULT.name}. "
+                   f"{registry.help_text()}. Register allocation (eviction) trains with "
+                   "--algo es or ppo; the inlining-only keys (--partial-rewards, --vocab, "
+                   "--traces, ...) are refused there")
     p.add_argument("--no-tensorboard", dest="tensorboard", action="store_false",
                    help="write scalars.jsonl only")
     common.add_size_metric_arg(p)
@@ -122,6 +126,19 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         data["traces"] = args.traces
     if args.size_metric is not None:
         data["size_metric"] = args.size_metric
+    if args.problem is not None:
+        data["problem"] = args.problem
+    if "warmstart" not in data:  # bc where the problem has it, else a new policy
+        from pymlgo.train.hooks import training_of
+
+        name = data.get("problem", registry.DEFAULT.name)
+        try:
+            bc = training_of(registry.problem(name)).bc_warmstart if isinstance(name, str) \
+                else True
+        except registry.UnknownProblemError as exc:
+            raise cfg.ConfigError(str(exc)) from None
+        if not bc:
+            data["warmstart"] = ""
     flags = common.flag_values(args)
     if flags:
         table = data.get("compile", {})
@@ -137,33 +154,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    problem = registry.problem(args.problem)
-    if problem is INLINING:
-        return _train_inlining(args)
-    return _train_regalloc(args, problem)
-
-
-def _train_regalloc(args: argparse.Namespace, problem: Problem) -> int:
-    # Until the one trainer is generic over problems, the register allocation problems
-    # train through their own loop (`train/regalloc_run.py`).
-    from pymlgo.cli.regalloc import run_train
-
-    if (args.partial_rewards not in (None, "none") or args.ir2native_model is not None
-            or args.vocab is not None or args.traces is not None
-            or args.size_metric is not None or common.has_flag_args(args)):
-        print(f"mlgo train: --partial-rewards, --ir2native-model, --vocab, --traces, "
-              f"--size-metric and the compile flag options apply to --problem "
-              f"{INLINING.name} only (--problem {problem.name} learns from the allocator's "
-              "spill costs)", file=sys.stderr)
-        return 2
-    return run_train(args, problem)
-
-
-def _train_inlining(args: argparse.Namespace) -> int:
     from pymlgo.corpus.format import CorpusError
     from pymlgo.policy.store import PolicyLoadError
     from pymlgo.toolchain.compiler import CompilerError
     from pymlgo.train.config import ConfigError
+    from pymlgo.train.hooks import training_of
     from pymlgo.train.trainer import RunOptions, TrainError, train
     from pymlgo.workers import ExecutorError
 
@@ -180,8 +175,10 @@ def _train_inlining(args: argparse.Namespace) -> int:
             ExecutorError, ValueError, OSError) as exc:
         print(f"mlgo train: {exc}", file=sys.stderr)
         return 2
+    problem = registry.problem(config.problem)
+    what = f"{training_of(problem).scoring.name} vs {problem.baseline_label}"
     print(f"best policy: {result.best_dir} (iteration {result.best_iteration}, validation "
-          f"{result.best_validation_change:+.2%} vs -Oz)")
+          f"{result.best_validation_change:+.2%} {what})")
     print(f"final policy: {result.final_dir} (iteration {result.iterations}, validation "
-          f"{result.final_validation_change:+.2%} vs -Oz)")
+          f"{result.final_validation_change:+.2%} {what})")
     return 0

@@ -112,6 +112,13 @@ class InliningPolicy:
     def with_params(self, params: MLPParams) -> InliningPolicy:
         return dataclasses.replace(self, params=params)
 
+    def flat(self) -> np.ndarray:
+        """Every parameter in one vector (what ES perturbs)."""
+        return self.params.flat()
+
+    def with_flat(self, v: np.ndarray) -> InliningPolicy:
+        return self.with_params(self.params.with_flat(v))
+
     def sampling(self, seed: int) -> InliningPolicy:
         return dataclasses.replace(self, sample=True, seed=seed)
 

@@ -222,6 +222,13 @@ class EvictionPolicy:
     def with_network(self, network: EvictionNetwork) -> EvictionPolicy:
         return dataclasses.replace(self, network=network)
 
+    def flat(self) -> np.ndarray:
+        """Every parameter in one vector (what ES perturbs)."""
+        return self.network.flat()
+
+    def with_flat(self, v: np.ndarray) -> EvictionPolicy:
+        return self.with_network(self.network.with_flat(v))
+
     def sampling(self, seed: int) -> EvictionPolicy:
         return dataclasses.replace(self, sample=True, seed=seed)
 

@@ -166,6 +166,12 @@ class Problem(Protocol):
         `save_policy(policy, directory)`: this problem's policy names and file format."""
         ...
 
+    @property
+    def training(self) -> str:
+        """Module (above `problems/`) with `training(problem)`, the hooks the one trainer
+        and its algorithms need (`train/hooks.py`): scoring, setup, policy heads."""
+        ...
+
     def compile(self, compiler: Compiler, job: CompileJob, policy: Policy | None,
                 settings: CompileSettings) -> ModuleResult:
         """Compile `job` with `policy` answering the channel, or with the compiler's own

@@ -6,6 +6,7 @@ scalar fields of `TrainConfig` at top level, one table per nested config:
 
     algo = "es"
     seed = 3
+    problem = "regalloc-evict"    # default "inlining" (pymlgo.problems.registry)
     size_metric = "allocated"     # or "text", "llvm-size" (pymlgo.toolchain.size)
     vocab = "runs/vocab"          # from `mlgo vocab`
     reward_weighting = "bytes"    # each module's reward by its -Oz bytes (default: per algo)
@@ -36,6 +37,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from pymlgo.corpus.command import FlagEdits
+from pymlgo.problems import registry
 from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, SizeMetric
 
 # A run (checkpoint, setup, saved policy) recorded before `size_metric` existed measured
@@ -50,6 +52,7 @@ RewardWeighting = Literal["default", "module", "bytes"]
 OutOfRange = Literal["clip", "log"]
 
 DEFAULT_HIDDEN = (40, 40, 20)
+DEFAULT_PROBLEM = registry.DEFAULT.name
 DEFAULT_QUANTILES = 1000
 
 
@@ -258,10 +261,18 @@ class TrainConfig:
     es: ESConfig = field(default_factory=ESConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
     il: ILConfig = field(default_factory=ILConfig)
+    # what is learned (`problems.registry`: a name or an alias, kept as the canonical name);
+    # what each problem trains with and which keys apply to it: `train/hooks.py`
+    problem: str = DEFAULT_PROBLEM
 
     def __post_init__(self) -> None:
         if self.algo not in ALGORITHMS:
             raise ConfigError(f"algo must be one of {', '.join(ALGORITHMS)}, not {self.algo!r}")
+        try:
+            problem = registry.problem(self.problem)
+        except registry.UnknownProblemError as exc:
+            raise ConfigError(str(exc)) from None
+        object.__setattr__(self, "problem", problem.name)
         if self.time_budget_minutes is not None and self.time_budget_minutes <= 0:
             raise ConfigError("time_budget_minutes must be > 0")
         if self.iterations is not None and self.iterations < 0:
@@ -308,6 +319,9 @@ class TrainConfig:
         if self.traces and self.warmstart != "bc" and self.algo != "bc":
             raise ConfigError("traces are only used for behaviour cloning: with algo = "
                               "'bc' or warmstart = 'bc'")
+        from pymlgo.train.hooks import training_of  # the hooks read this module's types
+
+        training_of(problem).check(self)
 
     @property
     def max_iterations(self) -> int | None:
@@ -317,8 +331,13 @@ class TrainConfig:
 
     @property
     def hidden(self) -> tuple[int, ...]:
-        """The network of a new policy (a saved-policy warm start brings its own)."""
-        return self.policy.hidden if self.policy.hidden is not None else DEFAULT_HIDDEN
+        """The network of a new policy (a saved-policy warm start brings its own): by
+        default the problem's (inlining: DEFAULT_HIDDEN)."""
+        if self.policy.hidden is not None:
+            return self.policy.hidden
+        from pymlgo.train.hooks import training_of
+
+        return training_of(registry.problem(self.problem)).default_hidden
 
     @property
     def quantiles(self) -> int:
@@ -394,7 +413,7 @@ def _omitted_at_default() -> dict[str, Any]:
     return {"partial_rewards": "none", "ir2native_model": "", "vocab": "", "traces": "",
             "compile": to_dict(CompileConfig()), "il": to_dict(ILConfig()),
             "reward_weighting": "default",
-            "out_of_range": "clip"}
+            "out_of_range": "clip", "problem": DEFAULT_PROBLEM}
 
 
 def _check_value(where: str, value: Any, hint: Any) -> Any:

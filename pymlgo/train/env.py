@@ -1,8 +1,10 @@
 """The training environment: compile modules with policies, get episodes and rewards back.
 
 One episode is one module compiled with one policy; its reward arrives at the end, as in
-MLGO: `1 - size / baseline`, with the module's -Oz size as the baseline. Torch-free, so
-ES runs without torch installed.
+MLGO: `1 - size / baseline`, with the module's -Oz size as the baseline. What "size" is
+comes from the problem's `Scoring` (`hooks.py`): the object's bytes (`BYTES`, inlining),
+or another measure (register allocation: the allocator's weighted spill cost). Torch-free,
+so ES runs without torch installed.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import numpy as np
 
 from pymlgo.corpus.sample import sample_by_package
 from pymlgo.ir2native.estimates import from_extra
-from pymlgo.problems.base import CompileJob, Policy
+from pymlgo.problems.base import CompileJob, ModuleResult, Policy
 from pymlgo.problems.inlining.problem import estimator_of
+from pymlgo.train.hooks import Scoring
 from pymlgo.train.policies import PolicyBatch, tag_job, untag
 from pymlgo.workers.protocol import Executor, WorkSpec
 
@@ -27,8 +30,8 @@ class Episode:
 
     module: str
     member: int
-    baseline: int  # -Oz .text bytes
-    size: int | None  # None when the compile failed
+    baseline: float  # the baseline's measure: -Oz bytes (inlining), stock cost (regalloc)
+    size: float | None  # the compile's measure (`Scoring.value`); None when it failed
     decisions: int
     # recorded compiles only: every feature the compiler sent, name -> (n, 1), and the
     # (n,) 0/1 decisions taken
@@ -39,6 +42,7 @@ class Episode:
     # decision (None if unknown) and every function's estimated bytes
     callers: tuple[str, ...] | None = None
     estimates: Mapping[str, float] | None = None
+    result: ModuleResult | None = None  # the compile's own result (trajectory, extra)
 
     @property
     def ok(self) -> bool:
@@ -137,6 +141,32 @@ class RunStats:
         }
 
 
+class ByteScoring:
+    """The object's bytes by the run's size metric; ES fitness: minus the total size change
+    (or, per module, the mean of 1 - size / -Oz size)."""
+
+    name = "size"
+
+    def value(self, result: ModuleResult) -> float | None:
+        return result.size
+
+    def fitness(self, values: Mapping[str, Sequence[float | None]], common: Sequence[str],
+                baselines: Mapping[str, float], per_module: bool) -> tuple[np.ndarray, float]:
+        members = len(values[common[0]])
+        base = sum(baselines[m] for m in common)
+        sizes = np.array([sum(values[m][k] or 0 for m in common) for k in range(members)],
+                         dtype=np.float64)
+        if per_module:
+            fitness = np.array([np.mean([1.0 - (values[m][k] or 0) / baselines[m]
+                                         for m in common]) for k in range(members)])
+        else:
+            fitness = -(sizes / base - 1.0)
+        return fitness, float(sizes[0] / base - 1.0)
+
+
+BYTES = ByteScoring()
+
+
 @dataclass
 class TrainEnv:
     """Training modules, their -Oz sizes, and a way to compile them with policies."""
@@ -144,9 +174,13 @@ class TrainEnv:
     executor: Executor
     spec: WorkSpec  # compiler, timeout, flag edits; the policy is filled in per run
     jobs: Mapping[str, CompileJob]  # every module the env may compile, by name
-    baselines: Mapping[str, int]  # -Oz bytes per module (modules without one are skipped)
+    baselines: Mapping[str, float]  # baseline measure per module (none: skipped)
     stats: RunStats = field(default_factory=RunStats)
     sample_by: str = "module"  # "package": batches spread evenly over packages
+    scoring: Scoring = BYTES
+    # the baseline compiles' results, for problems whose rewards need more than their
+    # measure (`ProblemTraining.keep_baseline_results`)
+    references: Mapping[str, ModuleResult] = field(default_factory=dict)
 
     def byte_weights(self) -> dict[str, float]:
         """Module -> -Oz bytes over the mean of the training modules' (`byte_weights`)."""
@@ -200,11 +234,12 @@ class TrainEnv:
                     actions = np.asarray(res.trajectory.advice).reshape(-1).astype(np.int64)
                 else:  # no inlinable call site: an episode without decisions
                     features, actions = {}, np.zeros(0, dtype=np.int64)
+            size = self.scoring.value(res)
             episodes.append(Episode(
-                module=module, member=k, baseline=self.baselines[module], size=res.size,
+                module=module, member=k, baseline=self.baselines[module], size=size,
                 decisions=res.decisions, features=features, actions=actions,
-                error=res.error or (None if res.size is not None else "no size"),
-                callers=callers, estimates=estimates,
+                error=res.error or (None if size is not None else "no size"),
+                callers=callers, estimates=estimates, result=res,
             ))
             self.stats.compiles += 1
             self.stats.decisions += res.decisions
@@ -212,5 +247,5 @@ class TrainEnv:
         return episodes
 
     def evaluate(self, policy: Policy, modules: Sequence[str]) -> float:
-        """Total size change vs -Oz of `policy` on `modules` (failures left out)."""
+        """Total size change vs the baseline of `policy` on `modules` (failures left out)."""
         return size_change(self.run([policy], modules))

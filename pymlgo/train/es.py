@@ -1,13 +1,15 @@
-"""Evolution strategies on the flat policy parameters (numpy only, no torch).
+"""Evolution strategies on the flat policy parameters (numpy only, no torch), for every
+problem whose policy has flat parameters (`flat()`, `with_flat()`).
 
 Each iteration:
 1. sample a batch of training modules and `population` Gaussian directions eps_i;
 2. compile every module with the greedy policy at theta + sigma*eps_i and theta - sigma*eps_i
    (antithetic pairs cancel the fitness' common part), plus theta itself for the scalars;
-3. fitness of a member = -(total size / total -Oz size - 1) over the modules every member
-   compiled (so members are compared on the same bytes): ES counts bytes by default
-   (`reward_weighting` "default" or "bytes"); with "module" it is the mean over those
-   modules of 1 - size / -Oz size instead, every module counting the same;
+3. fitness of a member, from the problem's scoring (`hooks.Scoring.fitness`) over the
+   modules every member compiled (so members are compared on the same modules). For
+   inlining: -(total size / total -Oz size - 1) by default (`reward_weighting` "default"
+   or "bytes"); with "module" the mean over those modules of 1 - size / -Oz size, every
+   module counting the same. For register allocation: -mean log((cost + 4) / (stock + 4));
 4. gradient estimate g = sum_i (F(+eps_i) - F(-eps_i)) eps_i / (2 * population * sigma),
    with F the centered ranks of the fitnesses (default; robust to outliers) or raw fitness;
 5. one Adam ascent step on theta.
@@ -21,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pymlgo.policy.inlining import InliningPolicy
+from pymlgo.problems.base import Policy
 from pymlgo.train.config import ESConfig
 from pymlgo.train.env import TrainEnv
 
@@ -29,21 +31,21 @@ _ADAM_EPS = 1e-8
 
 
 class EvolutionStrategies:
-    def __init__(self, cfg: ESConfig, policy: InliningPolicy, seed: int,
+    def __init__(self, cfg: ESConfig, policy: Any, seed: int,
                  weighting: str = "default") -> None:
         self.cfg = cfg
         self.per_module = weighting == "module"
         self.template = policy.greedy()
         # float64 master copy: Adam's small steps must not vanish in float32 rounding
-        self.theta = policy.params.flat().astype(np.float64)
+        self.theta = policy.flat().astype(np.float64)
         self.m = np.zeros_like(self.theta)
         self.v = np.zeros_like(self.theta)
         self.t = 0
         self.rng = np.random.default_rng(seed)
 
-    def policy(self, theta: np.ndarray | None = None) -> InliningPolicy:
+    def policy(self, theta: np.ndarray | None = None) -> Policy:
         flat = self.theta if theta is None else theta
-        return self.template.with_params(self.template.params.with_flat(flat))
+        return self.template.with_flat(flat)  # type: ignore[no-any-return]
 
     def iterate(self, env: TrainEnv, iteration: int) -> dict[str, float]:
         cfg = self.cfg
@@ -55,20 +57,15 @@ class EvolutionStrategies:
                         self.policy(self.theta - cfg.sigma * e)]
         episodes = env.run(members, modules)
 
-        by_module: dict[str, list[int | None]] = {m: [None] * len(members) for m in modules}
+        by_module: dict[str, list[float | None]] = {m: [None] * len(members)
+                                                     for m in modules}
         for ep in episodes:
             by_module[ep.module][ep.member] = ep.size if ep.ok else None
         common = [m for m in modules if all(s is not None for s in by_module[m])]
         if not common:  # every module failed for some member: nothing to compare
             return {"es/common_modules": 0.0}
-        base = sum(env.baselines[m] for m in common)
-        sizes = np.array([sum(by_module[m][k] or 0 for m in common) for k in range(len(members))],
-                         dtype=np.float64)
-        if self.per_module:
-            fitness = np.array([np.mean([1.0 - (by_module[m][k] or 0) / env.baselines[m]
-                                         for m in common]) for k in range(len(members))])
-        else:
-            fitness = -(sizes / base - 1.0)
+        fitness, change = env.scoring.fitness(by_module, common, env.baselines,
+                                              self.per_module)
         center, plus, minus = fitness[0], fitness[1::2], fitness[2::2]
 
         shaped = _centered_ranks(fitness[1:]) if cfg.rank_fitness else fitness[1:]
@@ -77,7 +74,7 @@ class EvolutionStrategies:
         self._adam_ascent(grad)
         return {
             "reward/train": float(center),
-            "size_change/train": float(sizes[0] / base - 1.0),
+            f"{env.scoring.name}_change/train": change,
             "es/fitness_mean": float(fitness[1:].mean()),
             "es/fitness_best": float(fitness[1:].max()),
             "es/antithetic_spread": float(np.abs(plus - minus).mean()),

@@ -1,14 +1,16 @@
-"""Policy gradient with PPO's clipped objective, as MLGO trains its inliner.
+"""Policy gradient with PPO's clipped objective, as MLGO trains its inliner; written once
+for every problem, whose head (`hooks.PPOHead`, `heads.py`) says what a decision is.
 
 Each iteration:
 1. sample a batch of training modules; compile each `samples_per_module` times with the
-   *sampling* policy (inline with probability P(inline), a fresh seed per sample), recording
-   every call site's features and the decision taken;
-2. reward per module compile (one episode; the reward arrives at the end):
-   r = 1 - size / size(-Oz); every decision of the episode gets the advantage r - b, where
-   the baseline b is the mean reward of the module's other samples this iteration
-   (`group`), a per-module moving average of its past rewards (`moving_average`, starting
-   at 0 = the -Oz size), or 0 (`oz`);
+   *sampling* policy (inline with probability P(inline); evict a column drawn from the
+   masked softmax; a fresh seed per sample), recording every decision's features and the
+   action taken;
+2. advantages (the head's), for inlining per module compile (one episode; the reward
+   arrives at the end): r = 1 - size / size(-Oz); every decision of the episode gets the
+   advantage r - b, where the baseline b is the mean reward of the module's other samples
+   this iteration (`group`), a per-module moving average of its past rewards
+   (`moving_average`, starting at 0 = the -Oz size), or 0 (`oz`);
    With partial rewards (`shaper`, see pymlgo.train.shaping) each decision has its own
    reward instead; its advantage is its undiscounted return from that decision on, minus
    the mean return of the module's other samples at the same decision index (`group`; the
@@ -17,6 +19,7 @@ Each iteration:
    With `reward_weighting = "bytes"` every advantage of a module is then multiplied by
    its -Oz bytes over the training modules' mean (`env.byte_weights`): a 1% saving on a
    64 KB module weighs what 1% on sixteen 4 KB modules does, as bytes count for users.
+   For register allocation, per machine function (`heads.EvictionHead`);
 3. `epochs` passes of minibatch Adam on the clipped surrogate
    -min(ratio * A, clip(ratio, 1 - c, 1 + c) * A), ratio = pi(a|s) / pi_old(a|s), where
    pi_old is the policy that sampled (its log-probs come from the numpy policy that ran in
@@ -30,81 +33,59 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from pymlgo.policy.inlining import InliningPolicy
+from pymlgo.problems.base import Policy
 from pymlgo.train.config import PPOConfig
-from pymlgo.train.env import Episode, TrainEnv, inputs, size_change
-from pymlgo.train.nets import MLP, tensor
+from pymlgo.train.env import Episode, TrainEnv
+from pymlgo.train.hooks import PPOHead
+from pymlgo.train.nets import tensor
 from pymlgo.train.shaping import IR2NativeShaper, returns_to_go
-
-_LOG_EPS = 1e-7  # keeps log(p) finite for a saturated sigmoid
 
 
 class PPO:
-    def __init__(self, cfg: PPOConfig, policy: InliningPolicy, seed: int,
-                 shaper: IR2NativeShaper | None = None, weighting: str = "default") -> None:
+    """The clipped update, written once: what a decision is, its log-probability and its
+    advantage come from the problem's head (`hooks.PPOHead`; inlining's by default)."""
+
+    def __init__(self, cfg: PPOConfig, policy: Any, seed: int,
+                 shaper: IR2NativeShaper | None = None, weighting: str = "default",
+                 head: PPOHead | None = None) -> None:
         if cfg.baseline == "group" and cfg.samples_per_module < 2:
             raise ValueError("ppo.baseline = 'group' needs samples_per_module >= 2")
         if shaper is not None and cfg.baseline == "moving_average":
             raise ValueError("partial rewards need ppo.baseline = 'group' or 'oz'")
+        if head is None:
+            from pymlgo.train.heads import InliningHead
+
+            head = InliningHead()
         self.cfg = cfg
+        self.head = head
         self.shaper = shaper  # per-decision rewards; None: the module's reward for all
         self.by_bytes = weighting == "bytes"
         self.template = policy.greedy()
-        self.net = MLP.from_params(policy.params)
+        self.net = head.net(policy)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate)
         self.rng = np.random.default_rng(seed)
         self.moving: dict[str, float] = {}  # module -> moving-average reward
 
-    def policy(self) -> InliningPolicy:
-        return self.template.with_params(self.net.to_params())
+    def policy(self) -> Policy:
+        return self.head.policy(self.template, self.net)
 
     def iterate(self, env: TrainEnv, iteration: int) -> dict[str, float]:
         cfg = self.cfg
         modules = env.sample_modules(self.rng, cfg.modules_per_iteration)
-        behaviour = self.policy()
+        behaviour: Any = self.policy()
         seeds = self.rng.integers(0, 2**62, size=cfg.samples_per_module)
         episodes = env.run([behaviour.sampling(int(s)) for s in seeds], modules, record=True)
-        ok = [e for e in episodes if e.ok]
-        if not ok:
-            return {"ppo/episodes": 0.0}
-
-        shaping: dict[str, float] = {}
-        if self.shaper is None:  # every decision of an episode shares its advantage
-            module_adv = self._advantages(ok)
-        else:
-            per_decision, shaping = self._partial_advantages(ok, self.shaper)
-        weights = env.byte_weights() if self.by_bytes else None
-        xs, acts, advs = [], [], []
-        for e in ok:
-            assert e.actions is not None
-            xs.append(inputs(behaviour.required_features, e))
-            acts.append(e.actions)
-            adv_e = (np.full(len(e.actions), module_adv[id(e)]) if self.shaper is None
-                     else per_decision[id(e)])
-            advs.append(adv_e if weights is None else adv_e * weights[e.module])
-        x_raw = np.concatenate(xs)
-        actions = np.concatenate(acts).astype(np.float32)
-        adv = np.concatenate(advs)
-        p_old = behaviour.probabilities(x_raw).astype(np.float64)
-        logp_old = np.log(np.where(actions > 0, p_old, 1.0 - p_old) + _LOG_EPS)
+        made = self.head.batch(self, env, episodes, behaviour)
+        if isinstance(made, dict):  # nothing to learn from
+            return made
+        batch, logp_old, adv, scalars = made
         if cfg.normalize_advantages and len(adv) > 1 and adv.std() > 0:
             adv = (adv - adv.mean()) / adv.std()
-        stats = self._update(tensor(behaviour.vocab.normalize(x_raw)), tensor(actions),
-                             tensor(logp_old), tensor(adv))
+        stats = self._update(batch, tensor(logp_old), tensor(adv))
+        return {**scalars, **stats}
 
-        rewards = [e.reward for e in ok]
-        return {
-            "reward/train": float(np.mean(rewards)),
-            "size_change/train": size_change(ok),  # of the sampling policy
-            "ppo/decisions": float(len(actions)),
-            "ppo/inline_rate": float(actions.mean()) if len(actions) else 0.0,
-            **stats,
-            **shaping,
-        }
-
-    def _partial_advantages(self, ok: list[Episode], shaper: IR2NativeShaper
+    def partial_advantages(self, ok: list[Episode], shaper: IR2NativeShaper
                             ) -> tuple[dict[int, np.ndarray], dict[str, float]]:
         """Episode id -> per-decision advantages from shaped rewards; shaping scalars."""
         by_module: dict[str, list[Episode]] = defaultdict(list)
@@ -138,7 +119,7 @@ class PPO:
             "shaping/reward_std": float(np.mean(spreads)) if spreads else 0.0,
         }
 
-    def _advantages(self, ok: list[Episode]) -> dict[int, float]:
+    def module_advantages(self, ok: list[Episode]) -> dict[int, float]:
         """Episode id -> reward minus its baseline; updates the moving averages."""
         cfg = self.cfg
         by_module: dict[str, list[Episode]] = defaultdict(list)
@@ -161,25 +142,20 @@ class PPO:
             self.moving[module] = d * self.moving.get(module, 0.0) + (1 - d) * rewards.mean()
         return out
 
-    def _update(self, x: torch.Tensor, actions: torch.Tensor, logp_old: torch.Tensor,
+    def _update(self, batch: tuple[torch.Tensor, ...], logp_old: torch.Tensor,
                 adv: torch.Tensor) -> dict[str, float]:
         cfg = self.cfg
-        n = len(actions)
+        n = len(batch[0])
         losses, clipped, kls, entropies = [], [], [], []
         for _ in range(cfg.epochs):
             order = torch.from_numpy(self.rng.permutation(n))
             for start in range(0, n, cfg.minibatch_size):
                 idx = order[start : start + cfg.minibatch_size]
-                logits = self.net(x[idx])[:, 0]
-                # log pi(a|s) for a Bernoulli(sigmoid(logit)) is -BCE(logit, a)
-                logp = -F.binary_cross_entropy_with_logits(logits, actions[idx],
-                                                           reduction="none")
+                logp, entropy = self.head.log_prob_entropy(self.net, batch, idx)
                 ratio = torch.exp(logp - logp_old[idx])
                 a = adv[idx]
                 surrogate = torch.min(ratio * a,
                                       torch.clamp(ratio, 1 - cfg.clip, 1 + cfg.clip) * a)
-                p = torch.sigmoid(logits)
-                entropy = -(p * F.logsigmoid(logits) + (1 - p) * F.logsigmoid(-logits))
                 loss = -surrogate.mean() - cfg.entropy_coef * entropy.mean()
                 self.opt.zero_grad()
                 loss.backward()

@@ -80,7 +80,7 @@ class TraceSource:
 
 @dataclass(frozen=True, eq=False)
 class Sources:
-    warm: InliningPolicy | None  # the saved policy to start from
+    warm: Any  # the saved policy to start from (the problem's policy type), or None
     vocab: Vocab | None  # the normalization of a new network
     traces: TraceSource | None  # clang's decisions, instead of recording them
 

@@ -1,4 +1,7 @@
-"""The loop every algorithm shares: setup, iterations, validation, checkpoints, logging.
+"""The loop every algorithm and every problem shares: setup, iterations, validation,
+checkpoints, logging. What differs per problem (`config.problem`) comes from its training
+hooks (`hooks.py`): below, "size" and "-Oz" are inlining's; register allocation measures the
+allocator's weighted spill cost against the stock advisor (`cost_change/...` scalars).
 
 Output directory layout:
 - `setup.pkl` — written once: the split, -Oz sizes, vocab, heuristic demonstrations and
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import json
 import os
 import pickle
@@ -43,22 +47,25 @@ import numpy as np
 
 from pymlgo.corpus.format import Corpus
 from pymlgo.corpus.split import Split, split_by_module, split_by_package
-from pymlgo.evaluate.baseline import baseline_sizes
+from pymlgo.evaluate.baseline import baseline_results
 from pymlgo.evaluate.eval import corpus_jobs
 from pymlgo.ir2native.estimates import from_extra
 from pymlgo.ir2native.model import IR2NativeModel
-from pymlgo.ir2vec.vocab_file import EMBEDDING_FEATURES
-from pymlgo.policy.inlining import InliningPolicy
-from pymlgo.policy.mlp import init_mlp
-from pymlgo.policy.store import save_policy
-from pymlgo.policy.vocab import build_vocab
-from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, HeuristicPolicy
-from pymlgo.problems.inlining.problem import INLINING, InliningOptions
+from pymlgo.problems import registry
+from pymlgo.problems.base import ModuleResult, Policy, Problem
+from pymlgo.problems.inlining.problem import InliningOptions
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 from pymlgo.train.config import LEGACY_SIZE_METRIC, TrainConfig
-from pymlgo.train.env import Demonstrations, Episode, RunStats, TrainEnv, inputs, size_change
+from pymlgo.train.env import Demonstrations, RunStats, TrainEnv, size_change
+from pymlgo.train.hooks import (
+    STREAM_ALGO,
+    ProblemTraining,
+    TrainError,
+    stream_seed,
+    training_of,
+)
 from pymlgo.train.shaping import IR2NativeShaper
-from pymlgo.train.sources import SourceError, Sources, check_features, load_sources
+from pymlgo.train.sources import SourceError, Sources
 from pymlgo.workers.protocol import Executor, WorkSpec
 
 SETUP_FILE, CHECKPOINT_FILE, SCALARS_FILE = "setup.pkl", "checkpoint.pkl", "scalars.jsonl"
@@ -66,18 +73,13 @@ IR2NATIVE_FILE = "ir2native-model.json"
 BEST_DIR, FINAL_DIR = "best", "final"
 CHECKPOINT_FORMAT = 1
 
-# Independent random streams per purpose, all derived from the one seed.
-_STREAM_INIT, _STREAM_WARMSTART, _STREAM_ALGO = 1, 2, 3
-
-
-class TrainError(RuntimeError):
-    """The run cannot start or continue (say, the output directory holds another run)."""
+__all__ = ["TrainError"]  # defined in hooks.py, where the problems' hooks raise it too
 
 
 class Algorithm(Protocol):
     """What the trainer needs from bc / ppo / es / dqn."""
 
-    def policy(self) -> InliningPolicy: ...
+    def policy(self) -> Policy: ...
 
     def iterate(self, env: TrainEnv, iteration: int) -> dict[str, float]: ...
 
@@ -103,13 +105,16 @@ class Setup:
     """Everything computed once before iteration 1 (saved in `setup.pkl`)."""
 
     split: Split
-    baselines: Mapping[str, int]  # -Oz bytes, train + validation modules
-    decisions: Mapping[str, int]  # inlining decisions clang asks for, per module
-    demos_train: Demonstrations
+    baselines: Mapping[str, float]  # baseline measure (-Oz bytes), train + validation
+    # decisions per module (inlining: clang's call sites); only modules with > 0 train
+    decisions: Mapping[str, int]
+    demos_train: Demonstrations | None  # clang's own decisions (problems that send them)
     demos_validation: Demonstrations | None
-    initial: InliningPolicy
+    initial: Any  # the problem's policy
     warmstart_scalars: Mapping[str, float]
     identity: Mapping[str, Any]  # TrainConfig.setup_identity() it was made for
+    # the baseline compiles' results, for problems that train on more than the measure
+    baseline_results: Mapping[str, ModuleResult] | None = None
 
 
 @dataclass(frozen=True)
@@ -175,9 +180,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
         _atomic_write_bytes(path, data)
 
 
-def _save_policy(policy: InliningPolicy, directory: Path) -> None:
+def _save_policy(policy: Policy, directory: Path, problem: Problem) -> None:
     with _writing_to(directory):
-        save_policy_dir(policy, directory)
+        save_policy_dir(policy, directory, problem)
 
 
 def _load_pickle(path: Path) -> Any | None:
@@ -187,11 +192,13 @@ def _load_pickle(path: Path) -> Any | None:
         return pickle.load(f)
 
 
-def save_policy_dir(policy: InliningPolicy, directory: Path) -> None:
-    """Replace `directory` with a saved policy; a crash leaves the old or the new one."""
+def save_policy_dir(policy: Policy, directory: Path,
+                    problem: Problem = registry.DEFAULT) -> None:
+    """Replace `directory` with a saved policy of `problem` (its codec's format); a crash
+    leaves the old or the new one."""
     staging = directory.with_name(f".{directory.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
-    save_policy(policy, staging)
+    importlib.import_module(problem.policy_codec).save_policy(policy, staging)
     old = directory.with_name(f".{directory.name}.old")
     shutil.rmtree(old, ignore_errors=True)
     if directory.exists():
@@ -268,33 +275,6 @@ def make_split(config: TrainConfig, corpus: Corpus) -> Split:
                            heldout=s.heldout)
 
 
-def _demonstrations(episodes: list[Episode], features: tuple[str, ...]) -> Demonstrations:
-    """Inputs and clang's decision (the label) of every recorded call site."""
-    ok = [e for e in episodes if e.ok and e.actions is not None and len(e.actions)]
-    if not ok:
-        return Demonstrations(np.zeros((0, len(features))), np.zeros(0, dtype=np.float32))
-    x = np.concatenate([inputs(features, e) for e in ok])
-    y = np.concatenate([inputs((DEFAULT_FEATURE,), e)[:, 0] for e in ok])
-    return Demonstrations(x=x, y=(y != 0).astype(np.float32))
-
-
-def _input_features(config: TrainConfig, episodes: list[Episode]) -> tuple[str, ...]:
-    if config.policy.features is not None:
-        return config.policy.features
-    # clang's own decision is the label, never an input (as in MLGO); IR2Vec embeddings
-    # (float[dim], from traces made with --ir2vec) are not quantile inputs
-    return tuple(n for n in _compiler_features(episodes)
-                 if n != DEFAULT_FEATURE and n not in EMBEDDING_FEATURES)
-
-
-def _compiler_features(episodes: list[Episode]) -> tuple[str, ...]:
-    """The features clang sent, in its order (from the first module with decisions)."""
-    for e in episodes:
-        if e.ok and e.features:
-            return tuple(e.features)
-    raise TrainError("no training module produced a single inlining decision")
-
-
 def prepare(
     config: TrainConfig,
     corpus: Corpus,
@@ -304,8 +284,10 @@ def prepare(
     say: Callable[[str], None],
     sources: Sources | None = None,
 ) -> Setup:
-    """Split, -Oz sizes, heuristic decisions (recorded, or read from `config.traces`),
-    vocab, and the warm-start policy."""
+    """Split, baseline measures (-Oz sizes), then the problem's part (`hooks.py`): for
+    inlining heuristic decisions (recorded, or read from `config.traces`), vocab, and the
+    warm-start policy."""
+    training = training_of(spec.problem)
     if sources is None:
         sources = _load_sources(config, corpus, compiler)
     split = make_split(config, corpus)
@@ -313,75 +295,41 @@ def prepare(
         raise TrainError("the split leaves no training modules")
     names = (*split.train, *split.validation)
     jobs = {j.module: j for j in corpus_jobs(corpus, names)}
-    say(f"-Oz baseline sizes of {len(jobs)} modules")
-    baselines = baseline_sizes(executor, list(jobs.values()), compiler, spec=spec)
-    usable = sorted(n for n in names if n in baselines)
+    scoring = training.scoring
+    say(f"{spec.problem.baseline_label} baseline {scoring.name}s of {len(jobs)} modules")
+    results: dict[str, ModuleResult] = {}
+    baselines: dict[str, float] = {}
+    for r in baseline_results(executor, list(jobs.values()), compiler, spec=spec):
+        value = scoring.value(r) if r.ok else None
+        if value is not None:
+            results[r.module], baselines[r.module] = r, value
     try:
-        if sources.traces is not None:
-            say(f"clang's decisions on {len(usable)} modules from {sources.traces.directory}")
-            episodes = sources.traces.episodes(usable, baselines)
-        else:
-            say(f"recording clang's decisions on {len(jobs)} modules")
-            env = TrainEnv(executor, spec, jobs, baselines)
-            episodes = env.run([HeuristicPolicy()], usable, record=True)
-        train_eps = [e for e in episodes if e.module in set(split.train)]
-        val_eps = [e for e in episodes if e.module in set(split.validation)]
-        compiler_features = _compiler_features(train_eps)
-
-        if sources.warm is not None:
-            check_features(sources, config, compiler_features, None)
-            initial = sources.warm
-            features = initial.vocab.features
-        else:
-            vocab = sources.vocab
-            if vocab is None:
-                features = _input_features(config, train_eps)
-                columns = {name: np.concatenate(
-                    [np.asarray(e.features[name]).reshape(-1) for e in train_eps
-                     if e.ok and e.features]) for name in features}
-                vocab = build_vocab(columns, quantiles=config.quantiles, features=features,
-                                    tail=config.out_of_range)
-            elif config.out_of_range == "log":  # `mlgo vocab` writes "clip" vocabs
-                vocab = replace(vocab, tail=config.out_of_range)
-            check_features(sources, config, compiler_features, vocab)
-            features = vocab.features
-            rng = np.random.default_rng([config.seed, _STREAM_INIT])
-            params = init_mlp(vocab.input_dim, config.hidden, rng)
-            initial = InliningPolicy(vocab=vocab, params=params, hidden=config.hidden,
-                                     name=f"mlgo-{config.algo}")
+        made = training.setup(config, split, baselines, jobs, executor, spec, sources, say)
     except SourceError as exc:
         raise TrainError(str(exc)) from exc
-    demos_train = _demonstrations(train_eps, features)
-    demos_val = _demonstrations(val_eps, features) if val_eps else None
-    warm_scalars: dict[str, float] = {}
-    if config.warmstart == "bc" and config.algo != "bc":
-        from pymlgo.train.bc import BehaviourCloning
-
-        say(f"behaviour cloning warm start: {len(demos_train)} decisions, "
-            f"{config.bc.warmstart_epochs} epochs")
-        bc = BehaviourCloning(config.bc, initial, demos_train, demos_val,
-                              seed=_seed(config, _STREAM_WARMSTART))
-        warm_scalars = bc.fit(config.bc.warmstart_epochs)
-        initial = bc.policy()
-    decisions = {e.module: e.decisions for e in episodes if e.ok}
-    return Setup(split, baselines, decisions, demos_train, demos_val, initial, warm_scalars,
-                 config.setup_identity())
+    return Setup(split, baselines, made.decisions, made.demos_train, made.demos_validation,
+                 made.initial, made.warmstart_scalars, config.setup_identity(),
+                 results if training.keep_baseline_results else None)
 
 
 def _load_sources(config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
     try:
-        return load_sources(config, corpus, compiler.version)
+        return _training(config).load_sources(config, corpus, compiler)
     except SourceError as exc:
         raise TrainError(str(exc)) from exc
 
 
+def _training(config: TrainConfig) -> ProblemTraining:
+    return training_of(registry.problem(config.problem))
+
+
 def _seed(config: TrainConfig, stream: int) -> int:
-    return int(np.random.default_rng([config.seed, stream]).integers(0, 2**62))
+    return stream_seed(config.seed, stream)
 
 
 def make_algorithm(config: TrainConfig, setup: Setup,
                    shaper: IR2NativeShaper | None = None) -> Algorithm:
-    seed = _seed(config, _STREAM_ALGO)
+    seed = _seed(config, STREAM_ALGO)
     if config.algo == "bc":
         from pymlgo.train.bc import BehaviourCloning
 
@@ -391,7 +339,7 @@ def make_algorithm(config: TrainConfig, setup: Setup,
         from pymlgo.train.ppo import PPO
 
         return PPO(config.ppo, setup.initial, seed, shaper=shaper,
-                   weighting=config.reward_weighting)
+                   weighting=config.reward_weighting, head=_training(config).ppo_head())
     if config.algo == "es":
         from pymlgo.train.es import EvolutionStrategies
 
@@ -411,11 +359,14 @@ def make_envs(setup: Setup, corpus: Corpus, executor: Executor, spec: WorkSpec,
     """(training env, validation env, validation module names)."""
     jobs = {j.module: j for j in corpus_jobs(corpus, (*setup.split.train,
                                                       *setup.split.validation))}
-    # modules without a single inlining decision teach nothing: never compile them
+    scoring = training_of(spec.problem).scoring
+    references = setup.baseline_results or {}
+    # modules without a single decision teach nothing: never compile them
     env = TrainEnv(executor, spec, {n: jobs[n] for n in setup.split.train
                                     if setup.decisions.get(n, 0) > 0}, setup.baselines,
-                   sample_by=sample_by)
-    val_env = TrainEnv(executor, spec, jobs, setup.baselines)
+                   sample_by=sample_by, scoring=scoring, references=references)
+    val_env = TrainEnv(executor, spec, jobs, setup.baselines, scoring=scoring,
+                       references=references)
     # no validation modules (tiny corpora): pick the best on the training modules
     validation = set(setup.split.validation)
     val_names = [n for n in val_env.names if n in validation] or list(env.names)
@@ -485,13 +436,14 @@ def _executor_for(options: RunOptions, executor: Executor | None) -> Iterator[Ex
         yield ex
 
 
-def _stamp(policy: InliningPolicy, config: TrainConfig, iteration: int) -> InliningPolicy:
+def _stamp(policy: Policy, config: TrainConfig, iteration: int) -> Policy:
     """Name and provenance saved with the policy (nothing run-specific: same seed, same
     bytes)."""
     hyper = {"algo": config.algo, "seed": config.seed, "iteration": iteration,
              "warmstart": config.warmstart, "size_metric": config.size_metric,
              "config": config.provenance()}
-    return replace(policy, name=f"mlgo-{config.algo}", hyperparameters=hyper)
+    return replace(policy, name=f"mlgo-{config.algo}",  # type: ignore[type-var]
+                   hyperparameters=hyper)
 
 
 def train(
@@ -554,7 +506,10 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
 
         make_deterministic(config.seed)
 
-    spec = WorkSpec(problem=INLINING, clang=None if compiler.bundled else str(compiler.path),
+    problem = registry.problem(config.problem)
+    training = training_of(problem)
+    change = f"{training.scoring.name}_change"  # scalar names: size_change/validation, ...
+    spec = WorkSpec(problem=problem, clang=None if compiler.bundled else str(compiler.path),
                     timeout=options.timeout, edits=config.compile.flag_edits(),
                     size_metric=config.size_metric)
     with _executor_for(options, executor) as ex:
@@ -594,8 +549,8 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
         log = ScalarLog(out, iteration, options.tensorboard)
         say(log.note)
         if checkpoint is None:
-            log.write(0, {"size_change/validation": best_change, **setup.warmstart_scalars})
-        _save_policy(best_policy, out / BEST_DIR)
+            log.write(0, {f"{change}/validation": best_change, **setup.warmstart_scalars})
+        _save_policy(best_policy, out / BEST_DIR, problem)
 
         def save_checkpoint() -> None:
             state = {"format": CHECKPOINT_FORMAT, "config": config.identity(),
@@ -628,41 +583,41 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                 if iteration % config.eval_every == 0 or final_due:
                     policy = _stamp(algo.policy(), config, iteration)
                     last_change, last_eval = val_env.evaluate(policy, val_names), iteration
-                    scalars["size_change/validation"] = last_change
-                    if "size_change/train" not in scalars:  # bc compiles nothing itself
+                    scalars[f"{change}/validation"] = last_change
+                    if f"{change}/train" not in scalars:  # bc compiles nothing itself
                         eps = env.run([policy], env.names)
-                        scalars["size_change/train"] = size_change(eps)
+                        scalars[f"{change}/train"] = size_change(eps)
                         scalars["reward/train"] = float(np.mean([e.reward for e in eps
                                                                  if e.ok] or [0.0]))
                     if last_change < best_change:
                         best_it, best_change, best_policy = iteration, last_change, policy
-                        _save_policy(best_policy, out / BEST_DIR)
+                        _save_policy(best_policy, out / BEST_DIR, problem)
                 # every compile of the iteration: training, validation, bc's size check
                 scalars |= (env.stats + val_env.stats).as_scalars()
-                scalars["size_change/validation_best"] = best_change
+                scalars[f"{change}/validation_best"] = best_change
                 scalars["time/iteration_seconds"] = time.monotonic() - t0
                 log.write(iteration, scalars)
                 save_checkpoint()
                 last_iter_s = time.monotonic() - t0
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(train=f"{scalars.get('size_change/train', 0.0):+.2%}",
+                    bar.set_postfix(train=f"{scalars.get(f'{change}/train', 0.0):+.2%}",
                                     val=f"{last_change:+.2%}", best=f"{best_change:+.2%}")
             if last_eval != iteration:  # stopped by the budget between validations
                 policy = _stamp(algo.policy(), config, iteration)
                 last_change, last_eval = val_env.evaluate(policy, val_names), iteration
                 if last_change < best_change:
                     best_it, best_change, best_policy = iteration, last_change, policy
-                    _save_policy(best_policy, out / BEST_DIR)
+                    _save_policy(best_policy, out / BEST_DIR, problem)
                 save_checkpoint()
         finally:
             if bar is not None:
                 bar.close()
             log.close()
-        _save_policy(_stamp(algo.policy(), config, iteration), out / FINAL_DIR)
+        _save_policy(_stamp(algo.policy(), config, iteration), out / FINAL_DIR, problem)
     total = elapsed + time.monotonic() - started
     say(f"{iteration} iterations, {total / 60:.1f} min; best: iteration {best_it}, "
-        f"validation {best_change:+.2%} vs -Oz ({out / BEST_DIR})")
+        f"validation {best_change:+.2%} vs {problem.baseline_label} ({out / BEST_DIR})")
     return TrainResult(out, setup.split, iteration, best_it, best_change, last_change,
                        total / 60.0, resumed_from)
 

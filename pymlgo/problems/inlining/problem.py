@@ -50,6 +50,7 @@ class InliningProblem:
     measures: tuple[Measure, ...] = ()
     counters: tuple[str, ...] = ()
     policy_codec: str = "pymlgo.policy.store"
+    training: str = "pymlgo.train.inlining"
 
     def compile(self, compiler: Compiler, job: CompileJob, policy: Policy | None,
                 settings: CompileSettings) -> ModuleResult:

@@ -42,6 +42,7 @@ class RegallocProblem:
     measures: tuple[Measure, ...] = (COST,)
     counters: tuple[str, ...] = (CORRECTED_KEY,)
     policy_codec: str = "pymlgo.policy.regalloc"
+    training: str = "pymlgo.train.regalloc"
 
     def compile(self, compiler: Compiler, job: CompileJob, policy: Policy | None,
                 settings: CompileSettings) -> ModuleResult:

@@ -1,0 +1,142 @@
+"""Register allocation's training hooks (`hooks.ProblemTraining`).
+
+Eviction (`regalloc-evict`) trains with es or ppo. The measure is the allocator's
+block-frequency weighted spill/reload/copy cost (`problems/regalloc`), relative to the
+stock advisor's; ES's fitness is -mean log((cost + 4) / (stock + 4)), so a module whose cost
+halves counts as much as one whose cost doubles, whatever its size; ppo learns per machine
+function (`heads.EvictionHead`). Only modules with spill code under the stock advisor are
+trained and validated on (a relative change of 0 has no meaning). The initial policy is the
+stock rule rebuilt from the channel's features (`policy/regalloc.py`), so training learns
+where to deviate from it; clang sends no decision of its own, so there is no bc warm start.
+
+Priority (`regalloc-priority`) has built-in policies only: nothing to train yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pymlgo.policy.regalloc import EvictionPolicy, init_network
+from pymlgo.policy.store import PolicyLoadError, load_policy
+from pymlgo.problems.base import CompileJob, ModuleResult, Problem
+from pymlgo.problems.regalloc.compile import COST_KEY
+from pymlgo.problems.regalloc.problem import RegallocProblem
+from pymlgo.problems.regalloc.reward import log_ratio
+from pymlgo.train.config import ConfigError, TrainConfig
+from pymlgo.train.hooks import STREAM_INIT, PolicySetup, PPOHead
+from pymlgo.train.sources import SourceError, Sources
+
+if TYPE_CHECKING:
+    from pymlgo.corpus.format import Corpus
+    from pymlgo.corpus.split import Split
+    from pymlgo.toolchain.compiler import Compiler
+    from pymlgo.workers.protocol import Executor, WorkSpec
+
+DEFAULT_HIDDEN = (16,)  # per column: the network runs once per candidate of every decision
+
+
+class CostScoring:
+    """The allocator's weighted spill/reload/copy cost; ES fitness: -mean log ratio."""
+
+    name = "cost"
+
+    def value(self, result: ModuleResult) -> float | None:
+        return float(result.extra[COST_KEY]) if result.ok and COST_KEY in result.extra else None
+
+    def fitness(self, values: Mapping[str, Sequence[float | None]], common: Sequence[str],
+                baselines: Mapping[str, float], per_module: bool) -> tuple[np.ndarray, float]:
+        members = len(values[common[0]])
+        cost = {m: [float(v or 0.0) for v in values[m]] for m in common}
+        fitness = np.array([-np.mean([log_ratio(cost[m][k], baselines[m]) for m in common])
+                            for k in range(members)])
+        base = sum(baselines[m] for m in common)
+        total = sum(cost[m][0] for m in common)
+        return fitness, total / base - 1.0 if base else 0.0
+
+
+# (key, its default, what to say) of TrainConfig keys that are inlining's alone
+_INLINING_ONLY = (
+    ("partial_rewards", "none", "per-decision rewards from IR2Native size estimates"),
+    ("ir2native_model", "", "an IR2Native model"),
+    ("vocab", "", "a quantile vocab (eviction inputs are normalized by LLVM already)"),
+    ("traces", "", "traces of clang's decisions"),
+    ("reward_weighting", "default", "byte weighting of rewards"),
+    ("out_of_range", "clip", "vocab extrapolation"),
+)
+
+
+class RegallocTraining:
+    bc_warmstart = False
+    scoring = CostScoring()
+    keep_baseline_results = True  # ppo's per-function rewards need the stock costs
+    default_hidden = DEFAULT_HIDDEN
+
+    def __init__(self, problem: RegallocProblem) -> None:
+        self.problem = problem
+        # a learned policy exists for the eviction advisor only
+        self.algorithms: tuple[str, ...] = ("es", "ppo") if problem.advisor == "evict" else ()
+
+    def check(self, config: TrainConfig) -> None:
+        name = self.problem.name
+        if config.algo not in self.algorithms:
+            trains = ("algo = " + " or ".join(repr(a) for a in self.algorithms)
+                      if self.algorithms else
+                      "nothing yet (it has built-in policies only; see `mlgo eval --help`)")
+            raise ConfigError(f"problem {name!r} trains with {trains}, not algo = "
+                              f"{config.algo!r}")
+        if config.warmstart == "bc":
+            raise ConfigError(
+                f"problem {name!r} has no bc warm start (clang sends no decision of its own "
+                f"to imitate; a new policy starts as the stock rule): set warmstart = '' "
+                f"(--warmstart none) or a saved {name} policy directory")
+        for key, default, what in _INLINING_ONLY:
+            if getattr(config, key) != default:
+                raise ConfigError(f"{key} ({what}) applies to problem 'inlining' only, not "
+                                  f"{name!r}")
+        if config.policy.features is not None or config.policy.quantiles is not None:
+            raise ConfigError(f"policy.features and policy.quantiles apply to problem "
+                              f"'inlining' only: {name!r} reads a fixed set of inputs")
+
+    def load_sources(self, config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
+        spec = config.policy_warmstart
+        if spec is None:
+            return Sources(None, None, None)
+        try:
+            policy = load_policy(spec, problem=self.problem)
+        except PolicyLoadError as exc:
+            raise SourceError(f"warm start: {exc}") from exc
+        if not isinstance(policy, EvictionPolicy):
+            raise SourceError(f"warm start {spec!r} is not a saved {self.problem.name} policy "
+                              f"(give the directory of one, e.g. OTHER_RUN/best)")
+        if config.policy.hidden is not None and tuple(config.policy.hidden) != policy.hidden:
+            raise SourceError(f"[policy] hidden = {list(config.policy.hidden)} conflicts with "
+                              f"the warm-start policy {spec} (it has {list(policy.hidden)}): "
+                              f"leave the key out to train its network as it is")
+        return Sources(policy.greedy(), None, None)
+
+    def setup(self, config: TrainConfig, split: Split, baselines: Mapping[str, float],
+              jobs: Mapping[str, CompileJob], executor: Executor, spec: WorkSpec,
+              sources: Sources, say: Callable[[str], None]) -> PolicySetup:
+        if sources.warm is not None:
+            initial = sources.warm
+        else:
+            rng = np.random.default_rng([config.seed, STREAM_INIT])
+            initial = EvictionPolicy(init_network(rng, config.hidden),
+                                     name=f"mlgo-{config.algo}")
+        spilling = {m: int(cost > 0) for m, cost in baselines.items()}
+        say(f"{sum(spilling.values())} of {len(baselines)} modules have spill code under "
+            f"the {self.problem.baseline_label} advisor")
+        return PolicySetup(spilling, None, None, initial, {})
+
+    def ppo_head(self) -> PPOHead:
+        from pymlgo.train.heads import EvictionHead
+
+        return EvictionHead()
+
+
+def training(problem: Problem) -> RegallocTraining:
+    assert isinstance(problem, RegallocProblem)
+    return RegallocTraining(problem)
