@@ -95,6 +95,8 @@ _EXACT = frozenset({
     "-fno-verbose-asm", "-mdisable-tail-calls", "-fdwarf2-cfi-asm",
     # -fno-strict-aliasing (expat) and -pthread (libwebp, via CMake Threads): codegen only.
     "-relaxed-aliasing", "-pthread",
+    # soft-float targets (a Cortex-M4 with no FPU): no implicit FP or vector code, codegen only
+    "-no-implicit-float",
 })  # fmt: skip
 
 _PREFIXES = (
