@@ -71,9 +71,11 @@ def _estimates(estimator: IR2NativeModel, dump: str, obj: Path) -> dict[str, flo
     return to_extra(function_estimates(estimator, dump, function_sizes(obj)))
 
 
-def _measure(estimator: IR2NativeModel | None, record: bool
+def _measure(estimator: IR2NativeModel | None, record: bool, keep_object: Path | None = None
              ) -> Callable[[Compiled], ModuleResult]:
     def measure(c: Compiled) -> ModuleResult:
+        if keep_object is not None:
+            keep_object.write_bytes(c.obj.read_bytes())
         traj = trajectory(c.session) if record else None
         if estimator is None:
             return c.result(trajectory=traj)
@@ -96,18 +98,20 @@ def compile_baseline(
     memory_mb: int | None = None,
     estimator: IR2NativeModel | None = None,
     size_metric: str = DEFAULT_SIZE_METRIC,
+    keep_object: Path | None = None,
 ) -> ModuleResult:
     """Plain -Oz, no channel: the heuristic's size every policy is compared with.
 
     `size` is the object's bytes by `size_metric` (`toolchain.size`), `sizes` its bytes by
     section group. `memory_mb` bounds the compiler's address space; a compile past it
     fails. With an IR2Native `estimator`, `extra` holds every function's estimated bytes
-    (`fn:NAME`)."""
+    (`fn:NAME`). `keep_object` copies the object there (to compare objects byte for
+    byte)."""
     settings = CompileSettings(timeout=timeout, edits=edits, memory_mb=memory_mb,
                                size_metric=size_metric)
     return compile_module(compiler, job, settings, opt_level=OPT_LEVEL,
                           flags=lambda tmp, _: _estimate_flags(estimator, tmp),
-                          measure=_measure(estimator, record=False))
+                          measure=_measure(estimator, record=False, keep_object=keep_object))
 
 
 def compile_with_policy(
@@ -122,9 +126,11 @@ def compile_with_policy(
     estimator: IR2NativeModel | None = None,
     size_metric: str = DEFAULT_SIZE_METRIC,
     heuristic_feature: str | None = None,
+    keep_object: Path | None = None,
 ) -> ModuleResult:
     """Compile `job` at -Oz with `policy` answering every inlining decision; `size` is the
-    object's bytes by `size_metric`, `sizes` its bytes by section group.
+    object's bytes by `size_metric`, `sizes` its bytes by section group; `keep_object`
+    copies the object there.
 
     Where clang's own decision is asked for (the policy reads `inlining_default`, or
     `record`), it is read from `heuristic_feature`; None: from where this compiler's probe
@@ -168,4 +174,4 @@ def compile_with_policy(
     settings = CompileSettings(timeout=timeout, record=record, edits=edits,
                                memory_mb=memory_mb, size_metric=size_metric)
     return compile_module(compiler, job, settings, opt_level=OPT_LEVEL, flags=flags,
-                          measure=_measure(estimator, record), advise=advise)
+                          measure=_measure(estimator, record, keep_object), advise=advise)
