@@ -39,6 +39,7 @@ from pymlgo.toolchain.compiler import Compiler, bundled_zig
 from pymlgo.toolchain.elf import open_elf
 from pymlgo.toolchain.size import object_size
 from tests.conftest import DATA, MINIC
+from tests.test_cc import mlgo_cc, zig_cc
 
 CROSS_TARGETS = [t for t in DEMO_TARGETS.values() if t != HOST_DEMO]
 # what each target's objects are: ELF class, machine, the unwind table its functions get
@@ -135,6 +136,23 @@ def test_the_metric_counts_the_targets_unwind_table_which_never_inlining_grows(
             assert sizes.allocated == shipped
         grew += object_size(objects["never"]).unwind > object_size(objects[None]).unwind
     assert grew  # functions kept out of line each get an entry: the metric sees them
+
+
+@pytest.mark.parametrize("target", CROSS_TARGETS, ids=[t.name for t in CROSS_TARGETS])
+def test_mlgo_cc_for_the_target_gives_plain_Oz_bytes_with_default(target, tmp_path: Path
+                                                                  ) -> None:
+    shutil.copy(MINIC / "b64.c", tmp_path)
+    shutil.copy(MINIC / "minic.h", tmp_path)
+    flags = ["-target", target.triple, f"-mcpu={target.cpu}", *target.flags, "-Oz", "-c",
+             "b64.c"]
+    for policy in ("default", "never"):
+        res = mlgo_cc("--mlgo-policy", policy, *flags, "-o", f"{policy}.o", cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+    zig_cc(*flags, "-Xclang", "-Oz", "-o", "plain.o", cwd=tmp_path)
+    plain = (tmp_path / "plain.o").read_bytes()
+    assert open_elf(plain, "plain.o")["e_machine"] == EXPECTED[target.name][1]
+    assert (tmp_path / "default.o").read_bytes() == plain
+    assert (tmp_path / "never.o").read_bytes() != plain
 
 
 def test_riscv_objects_carry_no_relaxation_so_their_bytes_are_the_linked_bytes(
