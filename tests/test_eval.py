@@ -26,13 +26,15 @@ def test_json_report_has_the_documented_schema(default_report):
     assert set(default_report["compiler"]) == {"path", "version"}
     total = default_report["total"]
     assert set(total) == {"baseline_bytes", "policy_bytes", "change", "guarded_bytes",
-                          "guarded_change", "by_group", "by_metric", "by_size_bucket"}
+                          "guarded_change", "by_group", "by_metric", "by_size_bucket",
+                          "calls_refused_after_size_stop"}
+    assert total["calls_refused_after_size_stop"] == 0  # clang 22 never stops on the demo
     assert set(total["by_group"]) == {"code", "rodata", "unwind", "eh_tables", "data"}
     assert set(total["by_metric"]) == {"allocated", "text", "llvm-size"}
     assert set(total["by_size_bucket"]) == {"<4KB", "4-16KB", "16-64KB", ">=64KB"}
     for m in default_report["modules"]:
         assert set(m) == {"name", "baseline_bytes", "policy_bytes", "decisions", "error",
-                          "baseline", "policy"}
+                          "baseline", "policy", "calls_refused_after_size_stop"}
         for side in ("baseline", "policy"):
             assert set(m[side]) == {"groups", "metrics", "bss"}
             # the metric in force is the one the bytes count; allocated = sum of the groups

@@ -130,3 +130,30 @@ def test_policy_knowing_fewer_features_than_the_compiler_works(compiler, minic_j
 def test_bad_builtin_policy_names_are_rejected(spec):
     with pytest.raises(ValueError, match="policy"):
         builtin_policy(spec)
+
+
+# Each level calls the next twice: inlining everything doubles the code per level, far past
+# the ML advisor's size stop (the module's IR grown SIZE_INCREASE_THRESHOLD times).
+_DOUBLING = "\n".join(
+    ["int leaf(int x) { return x * 7 + (x >> 3); }"]
+    + [f"int f{k}(int x) {{ return {'leaf' if k == 0 else f'f{k - 1}'}(x) + "
+       f"{'leaf' if k == 0 else f'f{k - 1}'}(x ^ {k + 1}); }}" for k in range(14)]
+) + "\n"
+
+
+def test_call_sites_clang_refuses_past_the_size_stop_are_counted(compiler, tmp_path):
+    from pymlgo.evaluate.eval import evaluate
+    from pymlgo.problems.inlining.compile import SIZE_STOP_KEY
+    from pymlgo.workers import make_executor
+    from tests.conftest import build_jobs
+
+    src = tmp_path / "doubling.c"
+    src.write_text(_DOUBLING)
+    (job,) = build_jobs(compiler, [src], tmp_path)
+    always = compile_with_policy(compiler, job, builtin_policy("always"))
+    assert always.ok and always.extra[SIZE_STOP_KEY] > 0
+    default = compile_with_policy(compiler, job, builtin_policy("default"))
+    assert default.ok and SIZE_STOP_KEY not in default.extra  # -Oz's own inlining stays small
+    with make_executor(None, 1) as executor:
+        report = evaluate(executor, compiler, [job], builtin_policy("always"))
+    assert report.to_json()["total"][SIZE_STOP_KEY] == always.extra[SIZE_STOP_KEY]

@@ -52,7 +52,9 @@ def add_corpus_arg(p: argparse.ArgumentParser, *, required: bool = False) -> Non
     p.add_argument(
         "--corpus", default=None if required else DEMO_CORPUS, required=required, metavar="DIR",
         help="corpus directory with corpus_description.json, or 'demo' for the built-in "
-        "demo corpus (zstd, brotli, lz4; downloaded and built once, then cached)"
+        "demo corpus (zstd, brotli, lz4; downloaded and built once, then cached); "
+        "'demo:TARGET' builds it for another target: aarch64, riscv64, thumb2 (32-bit Arm "
+        "Linux), cortex-m4 (bare metal, its freestanding units only)"
         + ("" if required else " (default: demo)"),
     )
 
@@ -68,10 +70,11 @@ def resolve_corpus(spec: str, *, command_override: Sequence[str] | None = None,
     `clang`, default: $MLGO_CLANG or the bundled one)."""
     allow = os.environ.get(ALLOW_FLAGS_ENV, "").split()
     root: str | Path = spec
-    if spec == DEMO_CORPUS and not Path(spec).exists():
-        from pymlgo.corpus.demo import ensure_demo_corpus
+    name, _, target = spec.partition(":")
+    if name == DEMO_CORPUS and not Path(spec).exists():
+        from pymlgo.corpus.demo import HOST_DEMO, ensure_demo_corpus
 
-        root = ensure_demo_corpus()
+        root = ensure_demo_corpus(target=target or HOST_DEMO)
     return load_corpus(root, allow_flags=allow, command_override=command_override,
                        clang=clang)
 

@@ -187,6 +187,8 @@ def _add_capture(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from pymlgo.corpus.demo import DEMO_TARGETS
+
     p = sub.add_parser(
         "demo",
         help="a real corpus with no setup: zstd, brotli and lz4 at -Oz",
@@ -200,6 +202,14 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("out_dir", nargs="?", default=None, metavar="OUT_DIR",
                    help="copy the corpus here (default: print the cache directory)")
+    p.add_argument("--target", default="x86_64", choices=sorted(DEMO_TARGETS),
+                   help="what to build for (default: x86_64): "
+                   + "; ".join(f"{t.name}: {t.triple} -mcpu={t.cpu}"
+                               + "".join(f" {f}" for f in t.flags)
+                               for t in DEMO_TARGETS.values())
+                   + ". The bare-metal cortex-m4 has no C library: its corpus holds the "
+                   "units that compile freestanding (lz4 in its LZ4_FREESTANDING mode, "
+                   "brotli's context and transform tables, zstd's debug unit)")
     p.add_argument("--no_progress", action="store_true", help="no progress messages")
     p.set_defaults(func=run_demo)
 
@@ -399,7 +409,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     def body() -> int:
         out = ensure_demo_corpus(None if args.out_dir is None else Path(args.out_dir),
-                                 progress=not args.no_progress)
+                                 progress=not args.no_progress, target=args.target)
         print(out)
         return 0
 

@@ -99,6 +99,8 @@ _EXACT = frozenset({
     "-MP",
     # -fno-strict-aliasing (expat) and -pthread (libwebp, via CMake Threads): codegen only.
     "-relaxed-aliasing", "-pthread",
+    # soft-float targets (a Cortex-M4 with no FPU): no implicit FP or vector code, codegen only
+    "-no-implicit-float",
 })  # fmt: skip
 
 _PREFIXES = (

@@ -6,6 +6,11 @@ builds the C libraries (not the Python bindings) with a generated Makefile throu
 `capture` path users run on their own projects (fixed target, -Oz, embedded bitcode), and
 caches the corpus: the first call takes about a minute, later calls return at once.
 
+The corpus is built for x86-64 by default, or for one of `DEMO_TARGETS` (AArch64, RISC-V 64,
+32-bit Arm in Thumb-2, a Cortex-M4 with no operating system), each cached on its own. The
+bare-metal target has no C library: its corpus holds the units that compile freestanding
+(`FREESTANDING_UNITS`), not all of them.
+
 zstandard bundles zstd as one amalgamated `zstd.c`; the amalgamation marks where every
 original file starts and ends, so the original `lib/` tree is restored from it and each
 translation unit becomes its own module, as in a normal zstd build.
@@ -91,6 +96,57 @@ class DemoError(CorpusError):
     """The demo corpus could not be downloaded or built."""
 
 
+@dataclass(frozen=True)
+class DemoTarget:
+    """What a demo corpus is built for: a target triple (as zig spells it), a CPU (`baseline`:
+    the target's generic CPU, never the host's), and the flags that target's builds add."""
+
+    name: str
+    triple: str
+    cpu: str = DEFAULT_CPU
+    flags: tuple[str, ...] = ()
+
+    @property
+    def freestanding(self) -> bool:
+        """No operating system, so no C library: only freestanding units are built."""
+        return any(part in ("freestanding", "none") for part in self.triple.split("-")[1:])
+
+
+HOST_DEMO = DemoTarget("x86_64", DEFAULT_TARGET)
+DEMO_TARGETS: dict[str, DemoTarget] = {t.name: t for t in (
+    HOST_DEMO,
+    DemoTarget("aarch64", "aarch64-linux-gnu"),
+    DemoTarget("riscv64", "riscv64-linux-gnu"),
+    # 32-bit Arm Linux code is built as Thumb-2 (what distributions ship for armhf)
+    DemoTarget("thumb2", "arm-linux-gnueabihf", flags=("-mthumb",)),
+    DemoTarget("cortex-m4", "thumb-freestanding-eabi", cpu="cortex_m4",
+               flags=("-ffreestanding",)),
+)}
+
+# The units that need no C library, and the configuration that makes them so: lz4's
+# documented LZ4_FREESTANDING mode takes the three memory functions as macros (the
+# compiler's builtins here); brotli's context and transform tables and zstd's debug level
+# include only the compiler's own headers.
+_LZ4_FREESTANDING = ("-DLZ4_FREESTANDING=1", "-DLZ4_memcpy=__builtin_memcpy",
+                     "-DLZ4_memmove=__builtin_memmove", "-DLZ4_memset=__builtin_memset")
+FREESTANDING_UNITS: dict[str, tuple[str, ...]] = {
+    "brotli/c/common/context.c": (),
+    "brotli/c/common/transform.c": (),
+    "lz4/lz4libs/lz4.c": _LZ4_FREESTANDING,
+    "lz4/lz4libs/lz4hc.c": _LZ4_FREESTANDING,
+    "zstd/lib/common/debug.c": (),
+}
+
+
+def demo_target(name: str) -> DemoTarget:
+    """The demo target called `name`; DemoError naming the known ones otherwise."""
+    try:
+        return DEMO_TARGETS[name]
+    except KeyError:
+        raise DemoError(f"no demo target {name!r}: expected one of "
+                        f"{', '.join(DEMO_TARGETS)}") from None
+
+
 def cache_root() -> Path:
     """$MLGO_CACHE_DIR, else $XDG_CACHE_HOME/pymlgo, else ~/.cache/pymlgo (as the other
     pymlgo caches)."""
@@ -101,15 +157,16 @@ def cache_root() -> Path:
     return Path.home() / ".cache" / "pymlgo"
 
 
-def demo_version(compiler: Compiler) -> str:
-    """Cache key: the demo recipe and the compiler that made the bitcode (newer LLVM reads
-    older bitcode, not the reverse)."""
-    return f"{DEMO_FORMAT}-clang{compiler.version}"
+def demo_version(compiler: Compiler, target: DemoTarget = HOST_DEMO) -> str:
+    """Cache key: the demo recipe, the compiler that made the bitcode (newer LLVM reads
+    older bitcode, not the reverse) and the target (x86-64's keeps its old name)."""
+    suffix = "" if target == HOST_DEMO else f"-{target.name}"
+    return f"{DEMO_FORMAT}-clang{compiler.version}{suffix}"
 
 
-def demo_cache_dir(compiler: Compiler | None = None) -> Path:
+def demo_cache_dir(compiler: Compiler | None = None, target: DemoTarget = HOST_DEMO) -> Path:
     compiler = compiler or find_compiler()
-    return cache_root() / f"demo-{demo_version(compiler)}"
+    return cache_root() / f"demo-{demo_version(compiler, target)}"
 
 
 def _say(progress: bool, msg: str) -> None:
@@ -322,6 +379,18 @@ def prepare_sources(sdists: dict[str, Path], build_dir: Path) -> list[Unit]:
     return sorted(units, key=lambda u: u.source)
 
 
+def units_for(target: DemoTarget, units: list[Unit]) -> list[Unit]:
+    """`units` as `target` builds them: with its flags, and on a freestanding target only
+    the freestanding units (with their configuration)."""
+    if target.freestanding:
+        units = [Unit(u.source, (*u.flags, *FREESTANDING_UNITS[u.source]))
+                 for u in units if u.source in FREESTANDING_UNITS]
+        if len(units) != len(FREESTANDING_UNITS):
+            raise DemoError("the sdists lack freestanding units: "
+                            f"{sorted(set(FREESTANDING_UNITS) - {u.source for u in units})}")
+    return [Unit(u.source, (*target.flags, *u.flags)) for u in units]
+
+
 def write_build_files(build_dir: Path, units: list[Unit]) -> list[str]:
     """A Makefile (or, without make, a shell script) compiling every unit with $(CC) -c;
     returns the build command."""
@@ -347,8 +416,10 @@ def _is_demo_corpus(path: Path) -> bool:
     return (path / DESCRIPTION_FILE).is_file() and (path / INFO_FILE).is_file()
 
 
-def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True) -> Path:
-    """Download (if needed) and build the demo corpus into `out` (all or nothing)."""
+def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True,
+                      target: DemoTarget = HOST_DEMO) -> Path:
+    """Download (if needed) and build the demo corpus for `target` into `out` (all or
+    nothing)."""
     sdists = download_sdists(cache_root() / "sdists", progress=progress)
     started = time.monotonic()
     with (
@@ -356,15 +427,15 @@ def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True) -
         tempfile.TemporaryDirectory(prefix="mlgo-demo-build-") as tmp,
     ):
         build_dir = Path(tmp)
-        units = prepare_sources(sdists, build_dir)
+        units = units_for(target, prepare_sources(sdists, build_dir))
         command = write_build_files(build_dir, units)
-        _say(progress, f"building {len(units)} C translation units at {OPT_LEVEL} with "
-             f"clang {compiler.version} ({' '.join(command)})")
+        _say(progress, f"building {len(units)} C translation units at {OPT_LEVEL} for "
+             f"{target.triple} with clang {compiler.version} ({' '.join(command)})")
         log_path = build_dir / "build.log"
         with log_path.open("w") as log:
             try:
                 result = capture(
-                    command, staging, cwd=build_dir, target=DEFAULT_TARGET, cpu=DEFAULT_CPU,
+                    command, staging, cwd=build_dir, target=target.triple, cpu=target.cpu,
                     clang=None if compiler.bundled else str(compiler.path), progress=progress,
                     build_output=log.fileno(),
                 )
@@ -379,8 +450,10 @@ def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True) -
         info = {
             "format": DEMO_FORMAT,
             "compiler": compiler.version,
-            "target": DEFAULT_TARGET,
-            "cpu": DEFAULT_CPU,
+            "target": target.triple,
+            "cpu": target.cpu,
+            **({"target_flags": list(target.flags)} if target.flags else {}),
+            **({"freestanding": sorted(FREESTANDING_UNITS)} if target.freestanding else {}),
             "opt_level": OPT_LEVEL,
             "build_seconds": round(time.monotonic() - started, 1),
             "packages": {
@@ -400,14 +473,18 @@ def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True) -
     return out
 
 
-def ensure_demo_corpus(out_dir: Path | None = None, *, progress: bool = True) -> Path:
-    """The demo corpus directory, built and cached on first use.
+def ensure_demo_corpus(out_dir: Path | None = None, *, progress: bool = True,
+                       target: DemoTarget | str = HOST_DEMO) -> Path:
+    """The demo corpus directory for `target` (a DemoTarget or its name), built and cached
+    on first use.
 
     With `out_dir`, the cached corpus is copied there (an existing copy is reused) and
     `out_dir` is returned; without, the cache directory itself is returned (read-only use).
     """
+    if isinstance(target, str):
+        target = demo_target(target)
     compiler = find_compiler()
-    cache = demo_cache_dir(compiler)
+    cache = demo_cache_dir(compiler, target)
     if not _is_demo_corpus(cache):
         with _locked(cache_root() / ".demo.lock"):
             if not _is_demo_corpus(cache):
@@ -416,7 +493,8 @@ def ensure_demo_corpus(out_dir: Path | None = None, *, progress: bool = True) ->
                 for stale in [*cache.parent.glob(f".{cache.name}.*"),
                               *cache.parent.glob(f"..{cache.name}.*")]:
                     shutil.rmtree(stale, ignore_errors=True)
-                build_demo_corpus(cache, compiler=compiler, progress=progress)
+                build_demo_corpus(cache, compiler=compiler, progress=progress,
+                                  target=target)
     if out_dir is None:
         return cache
     out = Path(out_dir).absolute()

@@ -15,6 +15,7 @@ from pymlgo.problems.base import (
     Policy,
     problem_by_name,
 )
+from pymlgo.problems.inlining.compile import SIZE_STOP_KEY
 from pymlgo.toolchain.compiler import Compiler
 
 if TYPE_CHECKING:  # numpy only, but most compiles never need it
@@ -48,7 +49,7 @@ class InliningProblem:
                     "object's bytes vs plain -Oz")
     baseline_label: str = "-Oz"
     measures: tuple[Measure, ...] = ()
-    counters: tuple[str, ...] = ()
+    counters: tuple[str, ...] = (SIZE_STOP_KEY,)  # call sites refused past the size stop
     policy_codec: str = "pymlgo.policy.store"
     training: str = "pymlgo.train.inlining"
 
