@@ -17,9 +17,9 @@ Here a small C++ harness (`aot_harness.cc`) takes clang's place, so that a test 
 compiled model real feature rows and compare it with the numpy policy.
 
 Two things LLVM's build does not do, which TensorFlow 2.21 needs:
-- `aot_compile_cpu` writes `<prefix>_constants.o` (the weights, referenced by the header) and
-  `<prefix>_metadata.o` beside `<prefix>.o`; LLVM's CMake declares only `<prefix>.o`. All
-  are linked here.
+- `aot_compile_cpu` writes `<prefix>_constants.o` (the weights, which the header references)
+  and `<prefix>_metadata.o` (unreferenced) beside `<prefix>.o`; LLVM's CMake declares only
+  `<prefix>.o`, and a link without `_constants.o` fails. All are linked here.
 - the runtime references Abseil, which the pip package ships only inside
   `libtensorflow_framework.so.2` (llvm-project issue #193353); it is linked against that.
 
@@ -317,6 +317,7 @@ class AotComparison:
     logit_model_decisions_equal: int  # the diagnostic export with a logit output == numpy
     max_abs_logit_diff: float  # |AOT logit - numpy logit|, over every call site
     min_abs_logit: float  # the numpy logit nearest 0: how much room a decision had
+    max_abs_logit_where_different: float  # largest |numpy logit| where the decisions differ
     run: AotRun  # the exported model's run (its interface included)
     types: dict[str, str]  # the exported model's argument/result C++ types
     model: AotModel  # the exported model, compiled
@@ -366,6 +367,8 @@ def compare_with_policy(policy: object, columns: Mapping[str, np.ndarray], work_
         max_abs_logit_diff=float(np.max(np.abs(
             diag_run.logits.astype(np.float64) - native_logits.astype(np.float64)))),
         min_abs_logit=float(np.min(np.abs(native_logits))),
+        max_abs_logit_where_different=float(np.max(
+            np.abs(native_logits)[run.decisions != native], initial=0.0)),
         run=run,
         types=header_types(model.header),
         model=model,
