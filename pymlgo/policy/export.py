@@ -41,6 +41,7 @@ FORMATS = ("savedmodel", "tflite")
 SIGNATURE_KEY = "action"  # the signature LLVM's build compiles and TFLite's names derive from
 SAVED_MODEL_TAG = "serve"
 DECISION_NAME = "inlining_decision"
+LOGIT_NAME = "logit"  # only in diagnostic exports (write_saved_model(with_logit=True))
 # A TF-Agents policy's time-step inputs besides the observation; LLVM's development-mode
 # runner feeds them (as `action_<name>`) and never reads them, release mode leaves them 0.
 TIME_STEP_SPECS = (
@@ -94,7 +95,9 @@ def integer_thresholds(boundaries: np.ndarray) -> np.ndarray:
     return np.clip(b, -(2.0**63), _LARGEST_INT64_FLOAT).astype(np.int64)
 
 
-def _policy_fn(tf: Any, policy: InliningPolicy) -> Callable[..., dict[str, Any]]:
+def _policy_fn(
+    tf: Any, policy: InliningPolicy, *, with_logit: bool = False
+) -> Callable[..., dict[str, Any]]:
     names = feature_input_names(policy)
     tables = [
         (tf.constant(integer_thresholds(b), dtype=tf.int64), float(b.size))
@@ -123,7 +126,10 @@ def _policy_fn(tf: Any, policy: InliningPolicy) -> Callable[..., dict[str, Any]]
             if i < last:
                 h = tf.nn.relu(h)
         decision = tf.cast(tf.greater_equal(h, 0.0), tf.int64)
-        return {DECISION_NAME: tf.reshape(decision, [1], name=DECISION_NAME)}
+        out = {DECISION_NAME: tf.reshape(decision, [1], name=DECISION_NAME)}
+        if with_logit:
+            out[LOGIT_NAME] = tf.reshape(h, [1], name=LOGIT_NAME)
+        return out
 
     return action
 
@@ -142,10 +148,15 @@ def _require_mlp(policy: object) -> InliningPolicy:
     return policy
 
 
-def write_saved_model(tf: Any, policy: InliningPolicy, directory: Path) -> None:
+def write_saved_model(
+    tf: Any, policy: InliningPolicy, directory: Path, *, with_logit: bool = False
+) -> None:
+    """The `action` SavedModel; `with_logit` adds the float32 output `logit` (diagnostics:
+    how far from 0 a decision was; LLVM binds only `inlining_decision` and ignores it)."""
     module = tf.Module()
     specs = [_tf_spec(tf, s) for s in signature_input_specs(policy)]
-    module.action = tf.function(_policy_fn(tf, policy), input_signature=specs)
+    module.action = tf.function(_policy_fn(tf, policy, with_logit=with_logit),
+                                input_signature=specs)
     concrete = module.action.get_concrete_function()
     tf.saved_model.save(module, str(directory), signatures={SIGNATURE_KEY: concrete})
 
