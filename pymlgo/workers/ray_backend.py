@@ -375,6 +375,9 @@ class RayExecutor(ExecutorBase):
                     for i in sorted(left):
                         yield cut_result(jobs[i].module)
                     left.clear()
+        except ConnectionError:
+            self._lost = True  # nothing left to tell the cluster (each call would wait)
+            raise
         finally:
             if not self._lost:
                 with contextlib.suppress(ConnectionError):
