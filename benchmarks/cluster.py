@@ -16,7 +16,8 @@ pymlgo's code through the job's runtime_env. All traffic stays in the lab's name
 - `head_loss`: the head lost after iteration 1: the run's exit code, error and seconds to
   it, then the same command on a new cluster resumes to the undisturbed bytes;
 - `sharing`: two experiments, each alternating a compile batch with a lull (a training
-  step on its own accelerator, a sleep here), on one shared pool of 2 workers (`mlgo pool
+  step on its own accelerator, a sleep here), the second starting half a lull later, on
+  one shared pool of 2 workers (`mlgo pool
   serve`, the nesting worker) vs two separate pools of 1: throughput (compiles/s over
   both) and utilization (compile seconds / (workers x wall)). The pools run on this
   machine (a pool is a unix socket), not on the namespaces' hosts.
@@ -84,8 +85,10 @@ def throughput_main(cluster: str, corpus: str, rounds: int) -> None:
                       "workers": workers, "hosts": hosts}))
 
 
-def experiment_main(cluster: str, corpus: str, rounds: int, lull_s: float, out: str) -> None:
-    """One experiment on a pool: `rounds` x (compile the corpus, then a lull)."""
+def experiment_main(cluster: str, corpus: str, rounds: int, lull_s: float, out: str,
+                    offset_s: float) -> None:
+    """One experiment on a pool: after `offset_s`, `rounds` x (compile the corpus, then a
+    lull)."""
     from pymlgo.cli.common import resolve_corpus
     from pymlgo.evaluate.eval import corpus_jobs
     from pymlgo.problems.inlining.policies import builtin_policy
@@ -94,8 +97,9 @@ def experiment_main(cluster: str, corpus: str, rounds: int, lull_s: float, out: 
     jobs = corpus_jobs(resolve_corpus(corpus))
     spec = WorkSpec(policy=builtin_policy("default"))
     compiles, busy = 0, 0.0
+    start = time.time()
+    time.sleep(offset_s)
     with make_executor(cluster) as ex:
-        start = time.time()
         for _ in range(rounds):
             for r in ex.run(spec, jobs):
                 compiles += r.ok
@@ -174,10 +178,12 @@ def sharing(corpus: Path, rounds: int, lull_s: float, workdir: Path) -> dict[str
             for name in pools:
                 wait_for_pool(name, runtime=workdir / "run", timeout=300)
             outs = [workdir / f"exp-{i}-{'-'.join(pools)}.json" for i in range(2)]
+            # the second starts half a lull later: one trains while the other compiles,
+            # the lulls a shared pool can fill (in step, there would be none)
             exps = [subprocess.Popen([*nice, sys.executable, str(Path(__file__).resolve()),
                                       "experiment", f"pool:{name}", str(corpus), str(rounds),
-                                      str(lull_s), str(o)], env=env)
-                    for name, o in zip(assign, outs, strict=True)]
+                                      str(lull_s), str(o), str(i * lull_s / 2)], env=env)
+                    for i, (name, o) in enumerate(zip(assign, outs, strict=True))]
             for e in exps:
                 if e.wait(timeout=RUN_TIMEOUT_S) != 0:
                     raise RuntimeError("an experiment failed")
@@ -208,7 +214,7 @@ def main() -> int:
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "experiment":
         experiment_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]),
-                        sys.argv[6])
+                        sys.argv[6], float(sys.argv[7]))
         return 0
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
