@@ -170,7 +170,11 @@ class RayExecutor(ExecutorBase):
                     )
             else:
                 env = ship_code_env() if runtime_env is None else runtime_env
-                ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
+                try:
+                    ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
+                except ConnectionError as exc:  # no head there, or its client server failed
+                    raise ExecutorError(f"cannot attach to the Ray cluster at {address}: "
+                                        f"{exc}") from exc
             self._owns_ray = True
         cpus = self._cluster_cpus()
         n = num_workers or cpus
