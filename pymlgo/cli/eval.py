@@ -15,7 +15,7 @@ from pymlgo.problems import registry
 from pymlgo.protocol.features import FeatureMismatchError
 from pymlgo.toolchain.compiler import CompilerError, find_compiler
 from pymlgo.workers import make_executor
-from pymlgo.workers.protocol import WorkSpec
+from pymlgo.workers.protocol import ExecutorError, WorkSpec
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -84,11 +84,16 @@ def run(args: argparse.Namespace) -> int:
                     size_metric=common.size_metric(args))
     bar, on_result = common.progress(2 * len(jobs), f"eval {policy.name}")
     try:
-        with make_executor(args.cluster, common.default_workers(args.workers)) as executor:
+        # on a cluster, no --workers means one per CPU there (not this machine's count)
+        workers = common.default_workers(args.workers) if args.cluster is None else args.workers
+        with make_executor(args.cluster, workers) as executor:
             report = evaluate(executor, compiler, jobs, policy, spec=spec, on_result=on_result)
     except FeatureMismatchError as exc:
         print(f"mlgo eval: policy {policy.name!r} cannot run on {compiler.path}: {exc}",
               file=sys.stderr)
+        return 2
+    except (ExecutorError, ValueError) as exc:  # workers that cannot start, a lost cluster
+        print(f"mlgo eval: {exc}", file=sys.stderr)
         return 2
     finally:
         bar.close()

@@ -3,6 +3,12 @@
 Each actor (one CPU) holds the run's WorkSpec under a key, like a local worker, and finds
 the compiler on its own node (`task.compiler_for`). Jobs go through `ray.put` once per
 module, so nodes need no shared filesystem. Ray is optional: `pip install 'pymlgo[ray]'`.
+
+Hosts come and go: a job whose actor (or its whole host) dies runs again on another
+actor; an actor is given jobs only once it has started, so a replacement waiting for a
+free CPU holds none back. Without a fixed number of workers the executor follows the
+cluster: a host that joins gets actors, and with them jobs. Losing the connection to the
+cluster (its head) is an ExecutorError, not a hang.
 """
 
 from __future__ import annotations
@@ -10,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import time
-from collections import deque
-from collections.abc import Iterator, Sequence
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +39,10 @@ from pymlgo.workers.protocol import (
 
 _WAIT_CAP_S = 5.0
 _REAP_EVERY_S = 2.0
+_GROW_EVERY_S = 2.0  # how often an elastic executor looks for CPUs that joined
+# no actor able to take a job for this long (every host lost, none joining): give up
+NO_WORKER_TIMEOUT_S = 600.0
+_MAX_FAILED_STARTS = 3  # per worker, in a row: the cluster cannot run our actors
 _RAY_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # 0: single-machine Ray
 _JOB_CACHE_BYTES = 2 << 30  # module bytes kept in the object store across runs
 
@@ -86,8 +97,11 @@ class RayCompileWorker:
         self._specs: dict[int, WorkSpec] = {}
         self._reaped = time.monotonic()
 
-    def pid(self) -> int:
-        return os.getpid()
+    def where(self) -> tuple[int, str]:
+        """(pid, address of its host): where this actor runs."""
+        import ray
+
+        return os.getpid(), ray.util.get_node_ip_address()
 
     def _reap(self) -> None:
         """An actor killed mid-compile leaves a spinning clang on its node: the actors
@@ -115,15 +129,20 @@ class RayCompileWorker:
 @dataclass(eq=False)
 class _Slot:
     actor: Any
-    pid_ref: Any
+    where_ref: Any  # (pid, host) once the actor has started
     specs: set[int] = field(default_factory=set)
     busy: int | None = None  # index of the job it compiles
+    host: str | None = None  # set when started: only then does it take jobs
 
 
 class RayExecutor(ExecutorBase):
     """Compile on a Ray cluster: `address=None` starts a private local Ray instance
     (unless this process is already connected), "ray://HOST:PORT" attaches to a cluster
-    through Ray Client (shipping pymlgo's code there unless `runtime_env` says otherwise)."""
+    through Ray Client (shipping pymlgo's code there unless `runtime_env` says otherwise).
+
+    `num_workers=None`: one actor per CPU of the cluster, following it as hosts join;
+    a number: that many actors, replaced when lost (a replacement waits for a free CPU).
+    """
 
     def __init__(
         self,
@@ -132,14 +151,16 @@ class RayExecutor(ExecutorBase):
         *,
         max_retries: int = DEFAULT_MAX_RETRIES,
         runtime_env: dict[str, Any] | None = None,
+        no_worker_timeout_s: float = NO_WORKER_TIMEOUT_S,
     ) -> None:
         ray = self._ray = import_ray()
         self._owns_ray = False
+        self.address = address or "ray-local"
         if not ray.is_initialized():
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no phoning home
             if address is None:
                 with _loopback_only(ray):
-                        ray.init(
+                    ray.init(
                         address="local",
                         num_cpus=num_workers or default_num_workers(),
                         include_dashboard=False,
@@ -149,14 +170,21 @@ class RayExecutor(ExecutorBase):
                     )
             else:
                 env = ship_code_env() if runtime_env is None else runtime_env
-                ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
+                try:
+                    ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
+                except ConnectionError as exc:  # no head there, or its client server failed
+                    raise ExecutorError(f"cannot attach to the Ray cluster at {address}: "
+                                        f"{exc}") from exc
             self._owns_ray = True
-        cpus = int(ray.cluster_resources().get("CPU", 0))
+        cpus = self._cluster_cpus()
         n = num_workers or cpus
         if not 1 <= n <= cpus:
             raise ExecutorError(f"asked for {n} Ray workers; the cluster has {cpus} CPUs")
         self.max_retries = max_retries
+        self.no_worker_timeout_s = no_worker_timeout_s
         self.retries = 0
+        self._elastic = num_workers is None
+        self._grown = time.monotonic()
         self._actor_cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(
             RayCompileWorker
         )
@@ -166,36 +194,73 @@ class RayExecutor(ExecutorBase):
         self._keys = 0
         self._jobs: list[CompileJob] = []
         self._closed = False
+        self._lost = False  # the connection to the cluster is gone
+        self._failed_starts = 0
+        self.compiles_by_host: Counter[str] = Counter()
 
     @property
     def num_workers(self) -> int:
         return len(self._slots)
 
+    def _cluster_cpus(self) -> int:
+        return int(self._ray.cluster_resources().get("CPU", 0))
+
     def _new_slot(self) -> _Slot:
         actor = self._actor_cls.remote()
-        return _Slot(actor, actor.pid.remote())
+        return _Slot(actor, actor.where.remote())
 
     def _replace(self, slot: _Slot) -> None:
         """Kill the slot's actor (it may be compiling) and start a fresh one in its place."""
         self._ray.kill(slot.actor, no_restart=True)
         fresh = self._new_slot()
-        slot.actor, slot.pid_ref, slot.specs, slot.busy = fresh.actor, fresh.pid_ref, set(), None
+        slot.actor, slot.where_ref, slot.specs, slot.busy, slot.host = (
+            fresh.actor, fresh.where_ref, set(), None, None)
+
+    def _grow(self) -> None:
+        """Elastic: one actor per cluster CPU, so a host that joined gets some (actors
+        waiting for a CPU count too: a lost host's replacements go to the next host)."""
+        if not self._elastic or time.monotonic() - self._grown < _GROW_EVERY_S:
+            return
+        self._grown = time.monotonic()
+        for _ in range(self._cluster_cpus() - len(self._slots)):
+            self._slots.append(self._new_slot())
+
+    def _started(self, slot: _Slot) -> None:
+        """Its actor answered `where` (or died before it could)."""
+        from ray.exceptions import RayError
+
+        try:
+            _, slot.host = self._ray.get(slot.where_ref)
+        except RayError as exc:  # its host went away while it started, or it cannot start
+            self._failed_starts += 1
+            if self._failed_starts >= _MAX_FAILED_STARTS * len(self._slots):
+                raise ExecutorError(f"Ray workers fail to start on {self.address}: "
+                                    f"{exc}") from exc
+            self._replace(slot)
+        else:
+            self._failed_starts = 0
 
     def worker_pids(self) -> list[int]:
-        return [int(p) for p in self._ray.get([s.pid_ref for s in self._slots])]
+        return [int(p) for p, _ in self._ray.get([s.where_ref for s in self._slots])]
+
+    def hosts(self) -> list[str]:
+        """The host of each started actor."""
+        return [s.host for s in self._slots if s.host is not None]
 
     def busy(self) -> dict[int, str]:
         """pid -> module, for the actors compiling right now (pids are per node)."""
         busy = [s for s in self._slots if s.busy is not None]
-        pids = self._ray.get([s.pid_ref for s in busy])
-        return {int(p): self._jobs[s.busy].module for p, s in zip(pids, busy, strict=True)
+        where = self._ray.get([s.where_ref for s in busy])
+        return {int(p): self._jobs[s.busy].module for (p, _), s in zip(where, busy, strict=True)
                 if s.busy is not None}
 
     def stats(self) -> dict[str, int]:
         return {"retries": self.retries}
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        self._ray.get([s.pid_ref for s in self._slots], timeout=timeout)
+        self._ray.get([s.where_ref for s in self._slots], timeout=timeout)
+        for slot in self._slots:
+            self._started(slot)
 
     def _job_ref(self, job: CompileJob) -> Any:
         """The job with its bytes, in the object store (actors may be on nodes without the
@@ -222,10 +287,25 @@ class RayExecutor(ExecutorBase):
     ) -> Iterator[ModuleResult]:
         if self._closed:
             raise RuntimeError("RayExecutor is closed")
+        if self._lost:
+            raise ExecutorError(f"lost the Ray cluster at {self.address}")
         cut = StragglerCut(len(jobs), min_fraction, straggler_grace_s)
         return self._results(spec, list(jobs), cut)
 
     def _results(
+        self, spec: WorkSpec, jobs: list[CompileJob], cut: StragglerCut
+    ) -> Iterator[ModuleResult]:
+        try:
+            yield from self._schedule(spec, jobs, cut)
+        except ConnectionError as exc:  # Ray Client: the head (or the way to it) is gone
+            self._lost = True
+            raise ExecutorError(
+                f"lost the Ray cluster at {self.address}: {exc}. Unfinished compiles of "
+                "this batch are not reported; a training run resumes from its last "
+                "checkpoint when rerun (against this cluster once back, or another)"
+            ) from exc
+
+    def _schedule(
         self, spec: WorkSpec, jobs: list[CompileJob], cut: StragglerCut
     ) -> Iterator[ModuleResult]:
         ray = self._ray
@@ -239,10 +319,12 @@ class RayExecutor(ExecutorBase):
         attempts = [0] * len(jobs)
         inflight: dict[Any, _Slot] = {}
         left = set(queue)
+        idle_since = time.monotonic()
         try:
             while left:
+                self._grow()
                 for slot in self._slots:
-                    while slot.busy is None and queue:
+                    while slot.host is not None and slot.busy is None and queue:
                         i = queue.popleft()
                         try:
                             job_ref = self._job_ref(jobs[i])
@@ -256,9 +338,20 @@ class RayExecutor(ExecutorBase):
                             slot.specs.add(key)
                         slot.busy = i
                         inflight[slot.actor.compile.remote(key, job_ref)] = slot
-                ready, _ = ray.wait(list(inflight), num_returns=1,
+                starting = {s.where_ref: s for s in self._slots if s.host is None}
+                if inflight:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > self.no_worker_timeout_s:
+                    raise ExecutorError(
+                        f"no Ray worker has been able to take a job for "
+                        f"{self.no_worker_timeout_s:.0f}s: the cluster at {self.address} "
+                        f"has {self._cluster_cpus()} CPUs and {len(left)} jobs are waiting")
+                ready, _ = ray.wait([*inflight, *starting], num_returns=1,
                                     timeout=cut.timeout(_WAIT_CAP_S))
                 for ref in ready:
+                    if ref in starting:
+                        self._started(starting[ref])
+                        continue
                     slot = inflight.pop(ref)
                     i, slot.busy = slot.busy, None
                     assert i is not None
@@ -266,7 +359,7 @@ class RayExecutor(ExecutorBase):
                         result = ray.get(ref)
                     except RayTaskError as exc:  # the compile code raised: not a worker fault
                         raise exc.as_instanceof_cause() from None
-                    except RayError:  # actor, its process or its node died
+                    except RayError:  # actor, its process or its host died
                         self._replace(slot)
                         attempts[i] += 1
                         if attempts[i] <= self.max_retries:
@@ -274,6 +367,8 @@ class RayExecutor(ExecutorBase):
                             queue.appendleft(i)
                             continue
                         result = lost_result(jobs[i].module, attempts[i])
+                    else:
+                        self.compiles_by_host[slot.host or "?"] += 1
                     left.discard(i)
                     cut.record_done()
                     yield result
@@ -284,21 +379,41 @@ class RayExecutor(ExecutorBase):
                     for i in sorted(left):
                         yield cut_result(jobs[i].module)
                     left.clear()
+        except ConnectionError:
+            self._lost = True  # nothing left to tell the cluster (each call would wait)
+            raise
         finally:
-            for slot in inflight.values():  # a consumer that stopped early
-                self._replace(slot)
-            for slot in self._slots:
-                if key in slot.specs:
-                    slot.specs.discard(key)
-                    slot.actor.forget.remote(key)
+            if not self._lost:
+                with contextlib.suppress(ConnectionError):
+                    self._forget(key, inflight.values())
             self._jobs = []
+
+    def _forget(self, key: int, inflight: Iterable[_Slot]) -> None:
+        for slot in list(inflight):  # a consumer that stopped early
+            self._replace(slot)
+        for slot in self._slots:
+            if key in slot.specs:
+                slot.specs.discard(key)
+                slot.actor.forget.remote(key)
+
+    def summary(self) -> str:
+        """Where the compiles ran: per host, and how many were run again elsewhere."""
+        hosts = ", ".join(f"{h}: {n}" for h, n in sorted(self.compiles_by_host.items()))
+        return (f"ray {self.address}: {sum(self.compiles_by_host.values())} compiles on "
+                f"{len(self.compiles_by_host)} hosts ({hosts}); {self.retries} run again "
+                "after losing their worker")
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        for slot in self._slots:
-            self._ray.kill(slot.actor, no_restart=True)
+        if self.address != "ray-local" and self.compiles_by_host:
+            # a cluster's hosts come and go: say where the work went
+            print(self.summary(), file=sys.stderr)
         self._job_refs.clear()
-        if self._owns_ray:
-            self._ray.shutdown()
+        with contextlib.suppress(ConnectionError):  # a lost cluster has nothing to stop
+            if not self._lost:
+                for slot in self._slots:
+                    self._ray.kill(slot.actor, no_restart=True)
+            if self._owns_ray:
+                self._ray.shutdown()

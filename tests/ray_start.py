@@ -1,0 +1,66 @@
+"""`ray start`, patient with a loaded machine: `python tests/ray_start.py ARGS` is
+`ray start ARGS`, except for two fixed waits of Ray's that a 2-core machine shared with
+other work misses (a node's Python helpers can take minutes to import there):
+
+- the new node gets RAY_START_WAIT_S (default 600) instead of 30 s to register with the
+  GCS;
+- the raylet is told the dashboard agent's port (`--dashboard-agent-listen-port`, which
+  `ray start` passes to the agent only) instead of waiting 20 s for the agent to write
+  it to a file, and crashing when it has not.
+
+Used by `netns_ray` for the lab's hosts only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.pop(0)  # this file's directory (tests/) is not an import root of Ray's
+
+
+def _patient_get_node() -> None:
+    from ray._private import services
+
+    plain = services.get_node
+    wait_s = float(os.environ.get("RAY_START_WAIT_S", "600"))
+
+    def get_node(*args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return plain(*args, **kwargs)
+            except RuntimeError:  # not registered yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    services.get_node = get_node
+
+
+def _raylet_told_agent_port() -> None:
+    from ray._private import services
+
+    if "--dashboard-agent-listen-port" not in sys.argv:
+        return
+    port = sys.argv[sys.argv.index("--dashboard-agent-listen-port") + 1]
+    plain = services.start_ray_process
+
+    def start_ray_process(command: list[str], *args: Any, **kwargs: Any) -> Any:
+        if Path(command[0]).name == "raylet":
+            command = [*command, f"--dashboard_agent_listen_port={port}"]
+        return plain(command, *args, **kwargs)
+
+    services.start_ray_process = start_ray_process
+
+
+if __name__ == "__main__":
+    _patient_get_node()
+    _raylet_told_agent_port()
+    from ray.scripts.scripts import main
+
+    sys.argv[0] = "ray"
+    sys.exit(main())
