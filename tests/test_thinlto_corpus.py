@@ -7,11 +7,13 @@ and the link-time (cross-module) call sites are among the decisions."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from pymlgo.corpus.capture import CaptureError, capture
 from pymlgo.corpus.extract import extract_objects, objects_from_compile_commands
 from pymlgo.corpus.format import load_corpus
 from pymlgo.problems.base import CompileJob
@@ -83,3 +85,46 @@ def test_other_policies_differ_and_the_imported_callees_are_decided(thinlto_jobs
     # index imported from another module (compiled alone, main.c has none)
     assert default.error is None and always.error is None
     assert default.decisions > 0 and always.size != default.size
+
+
+# --- capture: a real `make` of a -flto=thin build --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def captured_thinlto(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("capture") / "minic"
+    shutil.copytree(MINIC, src)
+    out = src.parent / "corpus"
+    result = capture(["make", "-s", "CFLAGS=-Oz -flto=thin"], out, cwd=src, progress=False)
+    assert result.extract.modules == list(MODULES)
+    # the build itself linked its program with ThinLTO, unchanged
+    assert subprocess.run([str(src / "minic")], capture_output=True).returncode == 0
+    return out
+
+
+def test_capture_of_a_thinlto_make_writes_each_module_with_its_index(captured_thinlto):
+    corpus = load_corpus(captured_thinlto)
+    assert corpus.has_thinlto and [m.name for m in corpus.modules] == list(MODULES)
+    for m in corpus.modules:
+        assert m.thinlto_index is not None and m.thinlto_index.read_bytes()[:4] == b"BC\xc0\xde"
+        assert f"-fthinlto-index={m.thinlto_index}" in m.cmd
+
+
+def test_a_captured_thinlto_corpus_compiles_default_as_the_baseline(captured_thinlto, compiler):
+    corpus = load_corpus(captured_thinlto)
+    for m in corpus.modules:
+        job = CompileJob(m.name, m.read_bitcode(), m.cmd)
+        base = compile_baseline(compiler, job)
+        served = compile_with_policy(compiler, job, builtin_policy("default"))
+        assert base.error is None and served.size == base.size, (m.name, served.error)
+        if m.name == "main":  # its callees all come from the other modules
+            assert served.decisions > 0
+
+
+def test_capture_of_a_full_lto_build_says_why_it_makes_no_corpus(tmp_path):
+    src = tmp_path / "minic"
+    shutil.copytree(MINIC, src)
+    with pytest.raises(CaptureError, match=r"full LTO \(-flto\).*-flto=thin"):
+        capture(["make", "-s", "CFLAGS=-Oz -flto"], tmp_path / "corpus", cwd=src,
+                progress=False)
+    assert not (tmp_path / "corpus").exists()
