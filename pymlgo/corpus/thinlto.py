@@ -97,12 +97,14 @@ def compile_backends(compiler: Compiler, compiles: Sequence[dict[str, Any]],
         args = [*compiler.clang_argv, f"--target={target}",
                 _opt_level(by_output[obj]["arguments"]), "-c", "-x", "ir", obj,
                 f"-fthinlto-index={idx}", "-mllvm", "-lto-embed-bitcode=post-merge-pre-opt",
-                "-o", str(native)]
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S,
-                              check=False)
+                "-o", rel]
+        # run where the object goes, named relative to it, as a build writes its commands
+        # (mlgo-utils' extract_ir names modules by the -o value)
+        proc = subprocess.run(args, cwd=native_root, capture_output=True, text=True,
+                              timeout=TIMEOUT_S, check=False)
         if proc.returncode != 0:
             result.skipped[rel] = f"backend compile failed: {proc.stderr.strip()[-300:]}"
             continue
         result.entries.append({"directory": str(native_root), "arguments": args,
-                               "file": obj, "output": str(native)})
+                               "file": obj, "output": rel})
     return result
