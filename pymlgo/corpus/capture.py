@@ -162,7 +162,12 @@ def _thinlto(compiler: Compiler, entries: list[dict[str, Any]], log: Path, workd
             f"{len(full)} compile(s) used full LTO (-flto), e.g. {full[0]}: LLVM's link-time "
             "inliner of full LTO cannot be served by a policy, and a merged-module corpus is "
             "not made; capture the build with -flto=thin (or without LTO)")
-    backends = compile_backends(compiler, entries, read_links(log), workdir, scratch, target)
+    thin = [e for e in entries if e.get("lto") == "thin"]
+    backends = compile_backends(compiler, thin, read_links(log), workdir, scratch, target)
+    for e in entries:
+        if e.get("lto") is None:  # every module of a ThinLTO corpus has an index
+            backends.skipped[os.path.relpath(e["output"], workdir)] = (
+                "compiled without -flto=thin in a ThinLTO build")
     return backends.entries, backends.skipped
 
 
