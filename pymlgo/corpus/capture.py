@@ -4,6 +4,11 @@ The build (make, cmake, ninja, a shell script, ...) runs with wrapper scripts na
 `c++`, `gcc`, `g++`, `clang`, `clang++` first in PATH and as $CC/$CXX. Each compile-only
 invocation is compiled by the chosen clang for a fixed target with bitcode embedded, and
 recorded; afterwards the recorded objects are extracted into a corpus.
+
+A ThinLTO build (`-flto=thin` compiles) keeps its bitcode objects, and its links record
+which bitcode they read; afterwards each module is compiled as its ThinLTO backend would
+(corpus/thinlto.py) and the corpus is extracted as a distributed ThinLTO one. A full-LTO
+build is refused, saying why.
 """
 
 from __future__ import annotations
@@ -129,11 +134,41 @@ def read_log(log: Path, *, exclude: str | None = DEFAULT_EXCLUDE) -> list[dict[s
     for line in log.read_text(encoding="utf-8").splitlines():
         if line.strip():
             entry = json.loads(line)
-            by_output[entry["output"]] = entry
+            if "output" in entry:  # (a link's entry has none)
+                by_output[entry["output"]] = entry
     return [
         by_output[k] for k in sorted(by_output)
         if rx is None or not rx.search(Path(k).as_posix())
     ]
+
+
+def read_links(log: Path) -> list[list[str]]:
+    """The bitcode each recorded LTO link read (absolute paths), in build order."""
+    if not log.exists():
+        return []
+    lines = log.read_text(encoding="utf-8").splitlines()
+    return [e["link"] for e in map(json.loads, filter(str.strip, lines)) if "link" in e]
+
+
+def _thinlto(compiler: Compiler, entries: list[dict[str, Any]], log: Path, workdir: Path,
+             scratch: Path, target: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """For a ThinLTO build: the backend compiles' entries (see corpus/thinlto.py) in place
+    of the recorded compiles, and the modules left out. A full-LTO build is refused."""
+    from pymlgo.corpus.thinlto import compile_backends
+
+    full = [e["output"] for e in entries if e.get("lto") == "full"]
+    if full:
+        raise CaptureError(
+            f"{len(full)} compile(s) used full LTO (-flto), e.g. {full[0]}: LLVM's link-time "
+            "inliner of full LTO cannot be served by a policy, and a merged-module corpus is "
+            "not made; capture the build with -flto=thin (or without LTO)")
+    thin = [e for e in entries if e.get("lto") == "thin"]
+    backends = compile_backends(compiler, thin, read_links(log), workdir, scratch, target)
+    for e in entries:
+        if e.get("lto") is None:  # every module of a ThinLTO corpus has an index
+            backends.skipped[os.path.relpath(e["output"], workdir)] = (
+                "compiled without -flto=thin in a ThinLTO build")
+    return backends.entries, backends.skipped
 
 
 def capture(
@@ -196,16 +231,33 @@ def capture(
                 f"{proc.returncode}; no corpus written"
             )
         entries = read_log(log, exclude=exclude)
-    if not entries:
-        raise CaptureError(
-            "the build ran no compile-only (-c) command through $CC/$CXX; does it use them "
-            "(or cc/gcc/clang from PATH)? Was it already built (run `make clean` first)?"
+        if not entries:
+            raise CaptureError(
+                "the build ran no compile-only (-c) command through $CC/$CXX; does it use "
+                "them (or cc/gcc/clang from PATH)? Was it already built (run `make clean` "
+                "first)?"
+            )
+        thinlto = any(e.get("lto") for e in entries)
+        skipped: dict[str, str] = {}
+        base = workdir
+        if thinlto:
+            scratch = shim_dir / "thinlto"
+            entries, skipped = _thinlto(compiler, entries, log, workdir, scratch, target)
+            base = scratch / "native"
+            if not entries:
+                raise CaptureError("no module of the ThinLTO build could be compiled as its "
+                                   "backend: " + "; ".join(f"{k}: {v}" for k, v in
+                                                           list(skipped.items())[:3]))
+        objects = objects_from_compile_commands(entries, obj_base_dir=base)
+        result = extract_objects(
+            objects, out, num_workers=num_workers, overwrite=overwrite, progress=progress,
+            thinlto_build="distributed" if thinlto else None,
+            obj_base_dir=base if thinlto else None,
+            extra_files={"compile_commands.json": json.dumps(entries, indent=2).encode()},
         )
-    objects = objects_from_compile_commands(entries, obj_base_dir=workdir)
-    result = extract_objects(
-        objects, out, num_workers=num_workers, overwrite=overwrite, progress=progress,
-        extra_files={"compile_commands.json": json.dumps(entries, indent=2).encode()},
-    )
+    if skipped:
+        print(f"capture: {len(skipped)} ThinLTO module(s) left out: " + "; ".join(
+            f"{k}: {v}" for k, v in list(skipped.items())[:5]), file=sys.stderr)
     return CaptureResult(
         extract=result, compiles=len(entries), build_seconds=build_seconds, compiler=compiler
     )

@@ -5,6 +5,8 @@ ARGS...`) once per compiler invocation, so it imports nothing but the standard l
 For a compile-only (`-c`) invocation it adds the fixed target and `-Xclang
 -fembed-bitcode=all`, runs the real driver, and on success appends the command and the
 object path to a JSON-lines log (under a file lock: builds run compilers in parallel).
+An LTO compile (`-flto*`) gets no bitcode section (its object is bitcode) and is logged with
+its LTO kind; a link that reads bitcode is run, then logged with the bitcode files it read.
 Everything else (links, preprocessing, `--version` probes) gets the same target flags and is
 exec'd directly; with a `link` entry in the config (a stock clang building for another
 target, `toolchain/cross.py`), links are exec'd with that driver and its target flags.
@@ -103,13 +105,26 @@ def sources_and_output(args: Sequence[str]) -> tuple[list[str], str | None, bool
     return sources, output, explicit_lang
 
 
+def lto_kind(args: Sequence[str]) -> str | None:
+    """"thin" or "full" after the last `-flto*` / `-fno-lto`, else None."""
+    kind: str | None = None
+    for arg in args:
+        if arg == "-flto=thin":
+            kind = "thin"
+        elif arg in ("-flto", "-flto=full", "-flto=auto", "-flto=jobserver"):
+            kind = "full"
+        elif arg == "-fno-lto":
+            kind = None
+    return kind
+
+
 def plan(
     user_args: Sequence[str], cwd: Path, *, target_flags: Sequence[str], embed_flags: Sequence[str]
 ) -> tuple[list[str], list[tuple[str, str]]]:
     """Arguments to pass to the driver, and the (source, object) pairs to log if it succeeds.
 
-    Only a compile-only invocation of non-assembly sources gets `embed_flags`; the pairs are
-    empty for anything else.
+    Only a compile-only invocation of non-assembly sources gets `embed_flags` (not with LTO:
+    its object is the bitcode itself); the pairs are empty for anything else.
     """
     args = strip_target_flags(user_args)
     seen = expand_response_files(args, cwd)
@@ -123,7 +138,35 @@ def plan(
         pairs = [(real[0], output)] if len(real) == 1 else []
     else:
         pairs = [(s, os.path.splitext(os.path.basename(s))[0] + ".o") for s in real]
-    return [*target_flags, *embed_flags, *args], pairs
+    embed = [] if lto_kind(seen) else list(embed_flags)
+    return [*target_flags, *embed, *args], pairs
+
+
+_BITCODE_MAGICS = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")
+
+
+def bitcode_operands(args: Sequence[str], cwd: Path) -> list[str]:
+    """The link's file operands that are LLVM bitcode (absolute paths)."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in _TAKES_VALUE:
+            skip = True
+            continue
+        if arg.startswith("-"):
+            continue
+        path = cwd / arg
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4)
+        except OSError:
+            continue
+        if head in _BITCODE_MAGICS:
+            out.append(str(path))
+    return out
 
 
 # Driver invocations that only ask the driver something: never links.
@@ -166,15 +209,20 @@ def main(argv: Sequence[str]) -> int:
     link = config.get("link")
     if not pairs and link and is_link(expand_response_files(user_args, cwd)):
         full = [*link["drivers"][argv[3]], *link["target_flags"], *strip_target_flags(user_args)]
-    if not pairs:
+    seen = expand_response_files(user_args, cwd)
+    linked = bitcode_operands(seen, cwd) if not pairs and is_link(seen) else []
+    if not pairs and not linked:
         os.execv(full[0], full)  # nothing to record: become the driver
     returncode = subprocess.call(full)
     if returncode == 0:
+        kind = lto_kind(seen)
         entries: list[dict[str, object]] = [
             {"directory": str(cwd), "arguments": full, "file": src,
-             "output": str(cwd / obj)}
+             "output": str(cwd / obj), **({"lto": kind} if kind else {})}
             for src, obj in pairs
         ]
+        if linked:  # an LTO link: the bitcode it links, for the ThinLTO index
+            entries.append({"directory": str(cwd), "link": linked})
         append_log(Path(config["log"]), entries)
     return returncode
 

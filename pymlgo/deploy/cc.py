@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pymlgo.deploy import cc_server, guard
+from pymlgo.deploy import cc_server, guard, lto
 from pymlgo.deploy.answer import ServeStats, serve_sessions
 
 POLICY_ENV, LOG_ENV, TIMEOUT_ENV = "MLGO_POLICY", "MLGO_CC_LOG", "MLGO_CC_TIMEOUT"
@@ -99,6 +99,7 @@ class Invocation:
     source_at: tuple[int, ...] = ()  # where the sources are in compiler_args
     guard: bool = False  # --mlgo-guard / $MLGO_GUARD: keep the smaller of policy and plain
     guard_metric: str = "allocated"  # --mlgo-guard-metric / $MLGO_GUARD_METRIC
+    inputs: tuple[str, ...] = ()  # file operands that are not sources (objects, archives)
 
     @property
     def uses_policy(self) -> bool:
@@ -127,6 +128,7 @@ def parse_args(tool: str, argv: Sequence[str], env: dict[str, str]) -> Invocatio
     level: str | None = None
     sources: list[str] = []
     source_at: list[int] = []
+    inputs: list[str] = []
     codegen = True
     language_given = False
     it = iter(argv)
@@ -165,11 +167,13 @@ def parse_args(tool: str, argv: Sequence[str], env: dict[str, str]) -> Invocatio
         elif _is_source(arg, language_given):
             sources.append(arg)
             source_at.append(len(args) - 1)
+        elif not arg.startswith("-"):
+            inputs.append(arg)
     if guarded and metric not in GUARD_METRICS:
         raise CCError(f"unknown size metric {metric!r} for the guard: expected one of "
                       f"{', '.join(GUARD_METRICS)}")
     return Invocation(tool, tuple(args), policy, clang, level, tuple(sources), codegen, env,
-                      tuple(source_at), guarded, metric)
+                      tuple(source_at), guarded, metric, tuple(inputs))
 
 
 def _is_source(arg: str, language_given: bool) -> bool:
@@ -321,8 +325,21 @@ def _object_record(inv: Invocation) -> dict[str, object]:
     return {"object": path, "object_bytes": {**sizes.groups(), **sizes.metrics()}}
 
 
+def _output_record(path: str) -> dict[str, object]:
+    """The log's `output` and `output_bytes` of a linked program, measured as objects are."""
+    from pymlgo.toolchain.elf import NotELFError
+    from pymlgo.toolchain.size import object_size
+
+    try:
+        sizes = object_size(path)
+    except (OSError, NotELFError):
+        return {"output": path}
+    return {"output": path, "output_bytes": {**sizes.groups(), **sizes.metrics()}}
+
+
 def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: float,
-         guarded: dict[str, object] | None = None) -> None:
+         guarded: dict[str, object] | None = None, lto: dict[str, object] | None = None,
+         output: str | None = None) -> None:
     path = inv.env.get(LOG_ENV)
     if not path:
         return
@@ -336,8 +353,10 @@ def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: fl
            "returncode": returncode, "seconds": round(seconds, 4)}
     if guarded is not None:
         rec["guard"] = guarded
+    if lto is not None:
+        rec["lto"] = lto
     if returncode == 0:
-        rec.update(_object_record(inv))
+        rec.update(_object_record(inv) if output is None else _output_record(output))
     # One short O_APPEND write per line: parallel make jobs do not interleave lines.
     with open(path, "a") as f:
         f.write(json.dumps(rec) + "\n")
@@ -361,13 +380,113 @@ def _untrusted_default(inv: Invocation) -> str | None:
 
 
 def _run_unserved(inv: Invocation, command: list[str], env: dict[str, str],
-                  started: float) -> int:
+                  started: float, lto_record: dict[str, object] | None = None) -> int:
     """Run `command` with no policy: exec'ed (no wrapper left behind), or run and logged."""
     if inv.env.get(LOG_ENV):
         proc = subprocess.run(command, env=env, check=False)
-        _log(inv, None, proc.returncode, time.monotonic() - started)
+        _log(inv, None, proc.returncode, time.monotonic() - started, lto=lto_record,
+             output=None if lto_record is None else link_output(inv))
         return proc.returncode
     os.execve(command[0], command, env)
+
+
+def link_output(inv: Invocation) -> str:
+    return guard.output_option(inv.compiler_args) or "a.out"
+
+
+def _warn(inv: Invocation, message: str) -> None:
+    print(f"mlgo {inv.tool}: warning: {message}", file=sys.stderr)
+
+
+def _lto_unserved(inv: Invocation, link: lto.LTOLink) -> tuple[str, bool] | None:
+    """Why the link-time inliner of this LTO link is not served, and whether to warn (a link
+    at a level no policy applies to, like -O2, is as silent as its compiles); None: serve."""
+    if inv.opt_level not in SIZE_LEVELS:
+        if inv.opt_level is not None:
+            return f"the link is at {inv.opt_level}, not -Oz/-Os", False
+        return ("the link command has no -Oz/-Os (give the link the compiles' -Oz to have "
+                "the policy answer it)", True)
+    if inv.clang is not None:
+        return ("only the bundled toolchain's lld is served at link time, not --clang's "
+                "linker", True)
+    if not link.thin:
+        return ("full LTO: LLVM builds the merged module's inliner with its default advisor "
+                "whatever -enable-ml-inliner says, so no policy can answer it (use "
+                "-flto=thin to have the link-time inliner served)", True)
+    if _untrusted_default(inv) is not None:
+        return "the compiler does not send its own decision where the policy reads it", True
+    return None
+
+
+def _run_lto_link(inv: Invocation, link: lto.LTOLink, driver: list[str],
+                  env: dict[str, str], started: float) -> int:
+    """An LTO link: the ThinLTO backends' inliner answered by the policy through lld, one
+    backend at a time; or, where that cannot be, the stock link and a warning saying so."""
+    record = link.record()
+    unserved = _lto_unserved(inv, link)
+    if unserved is not None:
+        reason, loud = unserved
+        if loud:
+            _warn(inv, f"the link-time inliner of this LTO link ({link.mode}) is the stock "
+                       f"one, not {inv.policy}: {reason}")
+        return _run_unserved(inv, [*driver, *inv.compiler_args], env, started,
+                             {**record, "served": False, "reason": reason})
+    timeout = float(inv.env.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
+    tmp = Path(tempfile.mkdtemp(prefix="mlgo-cc-"))
+    try:
+        output = link_output(inv)
+        try:
+            lld = lto.lld_command(driver, inv.compiler_args, output, env, tmp)
+        except (lto.LinkCommandError, subprocess.TimeoutExpired) as exc:
+            reason = f"the linker's command could not be had from zig's driver: {exc}"
+            _warn(inv, f"the link-time inliner of this LTO link is the stock one: {reason}")
+            return _run_unserved(inv, [*driver, *inv.compiler_args], env, started,
+                                 {**record, "served": False, "reason": reason})
+        if link.full:
+            _warn(inv, f"{link.full} full-LTO module(s) in this link: their merged module's "
+                       "inliner is the stock one (LLVM gives it no advisor choice); the "
+                       f"{link.thin} ThinLTO module(s) are served")
+        base = tmp / "channel"
+        os.mkfifo(f"{base}.in", 0o600)
+        os.mkfifo(f"{base}.out", 0o600)
+        command = [*lld, *lto.channel_args(base, include_default=policy_reads_default(
+            inv.policy), size_increase_threshold=SIZE_INCREASE_THRESHOLD)]
+        stats, returncode = _run_served(inv, command, env, base, timeout, output)
+        _log(inv, stats, returncode, time.monotonic() - started,
+             lto={**record, "served": True, "thinlto_jobs": 1}, output=output)
+        return returncode
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_served(inv: Invocation, command: list[str], env: dict[str, str], base: Path,
+                timeout: float, module: str) -> tuple[ServeStats, int]:
+    """Run `command` with the policy answering every session of its channel at `base` (the
+    policy server's, else this process's); its stats and exit code."""
+    # Its own process group: zig's driver runs clang as a child, which must die with
+    # it if the policy fails (it would otherwise wait forever to open the channel).
+    proc = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        stats = None
+        if _use_server(inv.env):
+            try:
+                stats = _serve_by_server(inv, base, proc, timeout, module)
+            except cc_server.ServerLost:
+                # It answered part of this compile, then went away: start over, here.
+                _kill(proc)
+                proc = subprocess.Popen(command, env=env, start_new_session=True)
+        if stats is None:
+            try:
+                stats = _serve(base, proc, inv.policy, module, timeout)
+            except Exception as exc:
+                _kill(proc)
+                raise CCError(f"the policy could not answer the compiler: {exc}") from exc
+        return stats, proc.wait()
+    finally:
+        if proc.returncode is None:
+            _kill(proc)
 
 
 def run(inv: Invocation) -> int:
@@ -376,6 +495,9 @@ def run(inv: Invocation) -> int:
     driver = driver_argv(inv)
     env = compiler_env(inv, driver)
     if not inv.uses_policy:
+        link = _lto_link(inv)
+        if link is not None:
+            return _run_lto_link(inv, link, driver, env, started)
         return _run_unserved(inv, [*driver, *inv.compiler_args], env, started)
     untrusted = _untrusted_default(inv)
     if untrusted is not None:
@@ -388,8 +510,8 @@ def run(inv: Invocation) -> int:
     # make and friends stop jobs with SIGTERM: unwind, so the compiler group is killed too.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)
+    lto_record = _compile_and_link_lto(inv)
     tmp = Path(tempfile.mkdtemp(prefix="mlgo-cc-"))
-    proc: subprocess.Popen[bytes] | None = None
     plain: guard.PlainCompiles | None = None
     try:
         base = tmp / "channel"
@@ -401,33 +523,34 @@ def run(inv: Invocation) -> int:
             plain = guard.PlainCompiles(plan.commands, guard.plain_env(env))
             if guard.parallel():
                 plain.start()
-        # Its own process group: zig's driver runs clang as a child, which must die with
-        # it if the policy fails (it would otherwise wait forever to open the channel).
-        proc = subprocess.Popen(command, env=env, start_new_session=True)
-        stats = None
-        if _use_server(inv.env):
-            try:
-                stats = _serve_by_server(inv, base, proc, timeout)
-            except cc_server.ServerLost:
-                # It answered part of this compile, then went away: start over, here.
-                _kill(proc)
-                proc = subprocess.Popen(command, env=env, start_new_session=True)
-        if stats is None:
-            try:
-                stats = _serve(base, proc, inv.policy, inv.sources[0], timeout)
-            except Exception as exc:
-                _kill(proc)
-                raise CCError(f"the policy could not answer the compiler: {exc}") from exc
-        returncode = proc.wait()
+        stats, returncode = _run_served(inv, command, env, base, timeout, inv.sources[0])
         guarded = _guard_outcome(inv, plan, plain, returncode)
-        _log(inv, stats, returncode, time.monotonic() - started, guarded)
+        _log(inv, stats, returncode, time.monotonic() - started, guarded, lto_record)
         return returncode
     finally:
-        if proc is not None and proc.returncode is None:
-            _kill(proc)
         if plain is not None:
             plain.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _lto_link(inv: Invocation) -> lto.LTOLink | None:
+    """The bitcode a link-only command gives the linker; None for anything else."""
+    if not (inv.codegen and inv.inputs and lto.is_link(inv.compiler_args)):
+        return None
+    return lto.lto_link(inv.inputs, inv.compiler_args)
+
+
+def _compile_and_link_lto(inv: Invocation) -> dict[str, object] | None:
+    """A policy compile that also links with LTO: its compiles are served, its link-time
+    inliner is not (the bitcode exists only inside the driver's run). Warned, and logged."""
+    kind = lto.lto_flag(inv.compiler_args)
+    if kind is None or not lto.is_link(inv.compiler_args):
+        return None
+    reason = ("compiled and linked in one command: compile with -c and link separately to "
+              "have the link-time inliner served")
+    _warn(inv, f"the link-time inliner of this LTO link ({kind}) is the stock one, not "
+               f"{inv.policy}: {reason}")
+    return {"mode": kind, "served": False, "reason": reason}
 
 
 def _guard_plan(inv: Invocation, driver: Sequence[str], tmp: Path) -> guard.Plan | str:
@@ -467,12 +590,12 @@ def _use_server(env: dict[str, str]) -> bool:
 
 
 def _serve_by_server(inv: Invocation, base: Path, proc: subprocess.Popen[bytes],
-                     timeout: float) -> ServeStats | None:
+                     timeout: float, module: str) -> ServeStats | None:
     """The policy server answers the compile; None if no server took it (nothing was
     touched: serve it here). CCError if the server reported an error."""
     try:
         sock = cc_server.connect(inv.policy, saved_policy_dir(inv.policy), inv.env)
-        counts = cc_server.serve_remote(sock, base, inv.sources[0], proc, timeout)
+        counts = cc_server.serve_remote(sock, base, module, proc, timeout)
     except cc_server.ServerUnavailable:
         return None
     except ValueError as exc:  # a bad MLGO_CC_SERVER_IDLE

@@ -188,6 +188,40 @@ static int uses_policy(const struct invocation *inv) {
          inv->sources > 0 && inv->codegen;
 }
 
+/* Whether the command may be a link whose inputs hold LLVM bitcode (lto.py decides for
+   sure, on the Python path, which serves or warns): a link (no -c/-S/-emit-llvm/-r) that
+   names -flto*, an operand that is bitcode or an archive, or a -l with a -L. */
+static const char *const NO_LINK[] = {"-c", "-S", "-emit-llvm", "-r", NULL};
+
+static int bitcode_or_archive(const char *path) {
+  unsigned char head[8];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, head, sizeof head);
+  close(fd);
+  if (n >= 4 && (!memcmp(head, "BC\xc0\xde", 4) || !memcmp(head, "\xde\xc0\x17\x0b", 4)))
+    return 1;
+  return n == 8 && (!memcmp(head, "!<arch>\n", 8) || !memcmp(head, "!<thin>\n", 8));
+}
+
+static int may_link_bitcode(const struct invocation *inv) {
+  if (!inv->codegen) return 0;
+  int lib = 0, libdir = 0, lto = 0, bitcode = 0;
+  for (int i = 0; i < inv->nargs; i++) {
+    const char *arg = inv->args[i];
+    if (in_list(arg, NO_LINK)) return 0;
+    if (!strncmp(arg, "-flto", 5)) lto = 1;
+    if (!strncmp(arg, "-l", 2)) lib = 1;
+    if (!strncmp(arg, "-L", 2)) libdir = 1;
+    if (in_list(arg, TAKES_VALUE)) {
+      i++;
+      continue;
+    }
+    if (arg[0] != '-' && !bitcode) bitcode = bitcode_or_archive(arg);
+  }
+  return lto || bitcode || (lib && libdir);
+}
+
 /* An on/off variable as cc_server.enabled and guard.enabled read it: 1 on, 0 off, -1
    neither (the Python path names the error). Unset or empty: `empty`. */
 static int env_flag(const char *name, int empty) {
@@ -708,7 +742,7 @@ int main(int argc, char **argv) {
   const char *clang = getenv("MLGO_CLANG");
   sigprocmask(SIG_SETMASK, NULL, &g_mask);
   int python = parse(&inv) || (clang && *clang) || env_flag("MLGO_GUARD", 0) != 0 ||
-               env_flag("MLGO_CC_SERVER", 1) != 1 || !inv.policy[0];
+               env_flag("MLGO_CC_SERVER", 1) != 1 || !inv.policy[0] || may_link_bitcode(&inv);
   if (!python && !uses_policy(&inv)) {
     const char *log = getenv("MLGO_CC_LOG");
     python = log && *log; /* the Python path logs it */
