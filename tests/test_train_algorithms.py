@@ -176,6 +176,8 @@ def test_il_improves_on_its_bc_start(tiny_corpus, executor, compiler):
     # search never ends above where it started, and found something smaller here
     assert first["il/search_change"] < first["il/start_change"]
     assert first["il/start_change"] == pytest.approx(start)
+    # the trainer logs it as the training change, so it compiles no training module itself
+    assert first["size_change/train"] == first["il/start_change"]
     assert first["il/dataset_modules"] == len(env.names)
     second = algo.iterate(env, 2)
     end = env.evaluate(algo.policy(), env.names)
