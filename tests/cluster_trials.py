@@ -21,19 +21,11 @@ from typing import Any
 from pymlgo.corpus.format import write_corpus_description
 from tests.netns_hosts import Host, LabError, wait_for
 from tests.netns_ray import RayHosts
+from tests.test_train_algorithms import TINY_DEMO_MODULES
 
 # Eight real modules of the demo corpus (zstd, brotli): small enough to train on for a
 # few iterations on a loaded 2-core machine.
-MODULES = (
-    "brotli/c/enc/entropy_encode",
-    "brotli/c/enc/histogram",
-    "zstd/lib/common/entropy_common",
-    "zstd/lib/common/pool",
-    "zstd/lib/compress/hist",
-    "zstd/lib/compress/zstd_compress_literals",
-    "zstd/lib/compress/zstd_compress_sequences",
-    "zstd/lib/decompress/zstd_ddict",
-)
+MODULES = TINY_DEMO_MODULES
 
 # es from a random network (no torch in the driver): 2 antithetic pairs x 4 modules per
 # iteration = 16 training compiles, plus the validation modules.
