@@ -92,6 +92,7 @@ def test_recipes_cover_exactly_the_allowed_training_packages() -> None:
     assert {p for p, r in RECIPES.items() if r.language == "c++"} == ALLOWED_CXX
     for recipe in RECIPES.values():
         assert set(recipe.deps) <= set(RECIPES)
+        assert not set(recipe.headers) & set(RECIPES)  # headers only from off the list
         flat = [a for step in recipe.steps for a in step]
         # Every recipe builds at -Oz: through CMake's MinSizeRel flags, or CFLAGS for the
         # configure/make ones (set by build_package, or by the recipe's own env).
@@ -104,6 +105,7 @@ def test_recipe_key_changes_with_the_recipe() -> None:
     a = Recipe("x", "c", (("make",),))
     assert a.key() == Recipe("x", "c", (("make",),)).key()
     assert a.key() != Recipe("x", "c", (("make", "-j2"),)).key()
+    assert a.key() != Recipe("x", "c", (("make",),), headers=("h",)).key()
 
 
 def test_a_package_becomes_a_sub_corpus_named_by_the_package(
