@@ -92,6 +92,7 @@ def test_recipes_cover_exactly_the_allowed_training_packages() -> None:
     assert {p for p, r in RECIPES.items() if r.language == "c++"} == ALLOWED_CXX
     for recipe in RECIPES.values():
         assert set(recipe.deps) <= set(RECIPES)
+        assert not set(recipe.headers) & set(RECIPES)  # headers only from off the list
         flat = [a for step in recipe.steps for a in step]
         # Every recipe builds at -Oz: through CMake's MinSizeRel flags, or CFLAGS for the
         # configure/make ones (set by build_package, or by the recipe's own env).
@@ -104,6 +105,7 @@ def test_recipe_key_changes_with_the_recipe() -> None:
     a = Recipe("x", "c", (("make",),))
     assert a.key() == Recipe("x", "c", (("make",),)).key()
     assert a.key() != Recipe("x", "c", (("make", "-j2"),)).key()
+    assert a.key() != Recipe("x", "c", (("make",),), headers=("h",)).key()
 
 
 def test_a_package_becomes_a_sub_corpus_named_by_the_package(
@@ -470,3 +472,33 @@ def test_two_unity_groups_in_one_output_directory_each_keep_their_module(
     unity = sorted(m.name for m in load_corpus(out).modules if "/_unity/" in m.name)
     assert len(unity) == 2 and res.unity_modules == 2, unity
     assert len({n.rsplit("/", 1)[1] for n in unity}) == 2  # two names in one directory
+
+
+@pytest.mark.skipif(shutil.which("perl") is None, reason="needs perl (a build tool of re2)")
+def test_re2s_unicode_data_is_written_from_perls_database_in_the_files_re2_reads(
+    tmp_path: Path,
+) -> None:
+    # Debian's re2 tarball lacks the generated tables; its recipe writes the Unicode data
+    # files the generators read, from perl's own copy of the Unicode database.
+    (perl,) = [s for s in RECIPES["re2"].steps if s[:2] == ("perl", "-e")]
+    subprocess.run(["perl", "-e", perl[2].format(), str(tmp_path)], check=True)
+
+    def rows(name: str) -> list[list[str]]:
+        return [[f.strip() for f in line.split(";")]
+                for line in (tmp_path / name).read_text().splitlines()]
+
+    categories = rows("UnicodeData.txt")
+    assert all(len(r) == 15 for r in categories)  # as many fields as the real file
+    category = {r[0]: r[2] for r in categories}
+    assert category["0041..005A"] == "Lu" and category["00AA"] == "Lo"
+    assert "0378" not in category  # unassigned: not listed, as in the real file
+    assert not set(category.values()) & {"Cn", ""}
+    scripts = {r[0]: r[1] for r in rows("Scripts.txt")}
+    assert scripts["0370..0373"] == "Greek"
+    assert scripts["00AA"] == "Latin"  # one code point: no range
+    assert "Anatolian_Hieroglyphs" in scripts.values()  # the long names, as Scripts.txt
+    assert "Unknown" not in scripts.values()
+    folds = {r[0]: r[1:3] for r in rows("CaseFolding.txt")}
+    assert folds["0041"] == ["C", "0061"]
+    assert folds["1E9E"] == ["C", "00DF"]  # the simple folding where a full one exists
+    assert "00DF" not in folds  # only a full folding (to "ss"): re2 uses simple ones

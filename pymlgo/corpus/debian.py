@@ -697,7 +697,7 @@ def build_debian_corpora(
             step = "fetch"
             try:
                 tree = fetch(pkg, config.src_cache)
-                deps = {d: fetch(d, config.src_cache) for d in recipe.deps}
+                deps = {d: fetch(d, config.src_cache) for d in (*recipe.deps, *recipe.headers)}
                 step = "build"
                 _say(config.progress, f"{tag}: building {tree.name} ({recipe.language}"
                      f"{', ' + recipe.note if recipe.note else ''})")

@@ -33,7 +33,9 @@ class Recipe:
     package's source tree, as one captured build; any failing step fails the package.
     `extra` steps run after them and may fail (tools, tests): what they compiled is kept.
     Placeholders: `{jobs}` (parallel jobs), `{src}` (the copy's absolute path),
-    `{dep_<pkg>}` (the cached source tree of a package in `deps`; `-` and `.` become `_`).
+    `{dep_<pkg>}` (the cached source tree of a package in `deps` or `headers`; `-` and `.`
+    become `_`). `headers`: source packages off the allowlist whose headers (never code)
+    the build includes; say so in `note`.
     Objects under `_deps/` (helper builds of dependencies) and those matching `exclude`
     are not corpus modules. `unity`: also build big unity modules from the package's own
     compiles (see `debian_unity`).
@@ -49,10 +51,16 @@ class Recipe:
     extra: Steps = ()
     exclude: str = ""
     unity: bool = True
+    headers: tuple[str, ...] = ()
 
     def key(self) -> str:
         """Cache key of the recipe: any change rebuilds the package."""
-        blob = json.dumps([DEBIAN_FORMAT, asdict(self)], sort_keys=True).encode()
+        fields = asdict(self)
+        # Added after packages were cached: left out while empty, so their keys stand.
+        for late in ("headers",):
+            if not fields[late]:
+                del fields[late]
+        blob = json.dumps([DEBIAN_FORMAT, fields], sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def tools(self) -> tuple[str, ...]:
@@ -151,9 +159,48 @@ _UNCOMMENT_THIRD_PARTY = ("sed", "-i", r's|^\(\s*\)#\s*add_subdirectory("third_p
 _NOT_THEIR_GTEST = (r"/third_party/(googletest|benchmark)/|/googletest-build/"
                     r"|/CMakeFiles/(gtest|gmock|gtest_main|gmock_main)\.dir/")
 
+# USE_MATCHCOMPILER is a string compared with "Off" ("OFF" turns it on); Debian turns it
+# on. No precompiled header: each module is its own source's compile.
+_CPPCHECK_OPTS = ("-DHAVE_RULES=OFF", "-DUSE_MATCHCOMPILER=On", "-DBUILD_GUI=OFF",
+                  "-DENABLE_OSS_FUZZ=OFF", "-DCMAKE_DISABLE_PRECOMPILE_HEADERS=ON")
+
+# The three Unicode data files re2's table generators read (only the fields they read),
+# written to the directory in ARGV[0] from perl's own copy of the Unicode database:
+# UnicodeData.txt (general category; unassigned code points are not listed),
+# Scripts.txt (long script names; "Unknown" is not listed), CaseFolding.txt (the simple
+# C+S foldings). Checked once against the Unicode 14 CaseFolding.txt (cmark) and
+# UnicodeData.txt (libunistring): re2's generated tables came out identical.
+UCD_TABLES_PERL = r"""
+use strict; use Unicode::UCD qw(prop_invmap prop_value_aliases casefold);
+my $dir = shift;
+sub code { my ($lo, $hi) = @_; $lo == $hi ? sprintf("%04X", $lo) : sprintf("%04X..%04X", $lo, $hi) }
+sub ranges { my ($prop, $file, $fmt, $skip, $alias) = @_;
+  my ($r, $m) = prop_invmap($prop);
+  open(my $fh, ">", "$dir/$file") or die "$dir/$file: $!";
+  for my $i (0 .. $#$r - 1) {
+    my $v = (prop_value_aliases($prop, $m->[$i]))[$alias];
+    printf $fh $fmt, code($r->[$i], $r->[$i + 1] - 1), $v unless $v eq $skip;
+  }
+  close($fh) or die;
+}
+ranges("General_Category", "UnicodeData.txt", "%s;;%s;;;;;;;;;;;;\n", "Cn", 0);
+ranges("Script", "Scripts.txt", "%s; %s\n", "Unknown", 1);
+open(my $cf, ">", "$dir/CaseFolding.txt") or die;
+for my $c (0 .. 0x10FFFF) { my $f = casefold($c);
+  printf $cf "%04X; C; %s;\n", $c, $f->{simple} if $f && $f->{simple} ne "" }
+close($cf) or die;
+"""
+
+
+def _brace(text: str) -> str:
+    """`text` as a literal in a recipe argument (they are str.format templates)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
 _OGG_DEP = dep_cmake_configure("libogg")  # generates ogg/config_types.h
 _OGG_OPTS = ("-DOGG_INCLUDE_DIR={dep_libogg}/include", "-DOGG_LIBRARY={src}/_deps/libogg/libogg.a",
              "-DCMAKE_C_FLAGS=-I{src}/_deps/libogg/include")
+_BENCHMARK_OPTS = ("-DGIT_VERSION=0.0.0", "-DBENCHMARK_ENABLE_WERROR=OFF")
 _ZLIB_OPTS = ("-DZLIB_INCLUDE_DIR={dep_zlib}", "-DZLIB_LIBRARY={dep_zlib}/libz.a")
 
 
@@ -266,10 +313,15 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
     Recipe("libgit2", "c", cmake(
         "-DBUILD_TESTS=OFF", "-DBUILD_CLI=OFF", "-DUSE_HTTPS=OFF", "-DUSE_SSH=OFF",
         "-DUSE_NTLMCLIENT=OFF", "-DUSE_ICONV=OFF", "-DUSE_GSSAPI=OFF", "-DREGEX_BACKEND=regcomp",
-        "-DUSE_HTTP_PARSER=system", *_ZLIB_OPTS, targets=("libgit2package",)), deps=("zlib",),
-        note="fails: Debian removed the bundled http-parser, which is not on the allowlist"),
+        # Debian removed the bundled http-parser (deps/*): its header from the http-parser
+        # source package; a static library links nothing, so no libhttp_parser is built.
+        "-DUSE_HTTP_PARSER=system", "-DHTTP_PARSER_INCLUDE_DIR={dep_http_parser}",
+        f"-DHTTP_PARSER_LIBRARY={{src}}/{DEPS_DIR}/libhttp_parser.a",
+        *_ZLIB_OPTS, targets=("libgit2package",)), deps=("zlib",), headers=("http-parser",),
+        note="zlib headers from zlib's source package, http_parser.h from http-parser's (off "
+        "the allowlist; header only)"),
     Recipe("cmark", "c", cmake("-DCMARK_TESTS=OFF", "-DCMARK_SHARED=OFF",
-                               targets=("libcmark_static",))),
+                               targets=("cmark_static",))),
     Recipe("pixman", "c", autotools("--disable-gtk", "--disable-libpng", "--disable-openmp",
                                     make=("-C", "pixman"))),
     Recipe("libffi", "c", autotools("--disable-docs", "--disable-multi-os-directory",
@@ -279,7 +331,11 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         "-DBUILD_CXXLIBS=ON", "-DBUILD_PROGRAMS=OFF", "-DBUILD_EXAMPLES=OFF", "-DBUILD_DOCS=OFF",
         "-DWITH_OGG=OFF", "-DINSTALL_MANPAGES=OFF", targets=("FLAC", "FLAC++")),
         note="libFLAC and libFLAC++, without Ogg"),
-    Recipe("opus", "c", cmake(targets=("opus",))),
+    # Debian builds opus with autotools: the 1.3.1 tarball's CMakeLists.txt includes an
+    # opus_buildtype.cmake that the tarball lacks.
+    Recipe("opus", "c", autotools("--enable-custom-modes", "--disable-doc",
+                                  "--disable-extra-programs", make=("libopus.la",)),
+           note="libopus with custom modes, as Debian configures it"),
     Recipe("libogg", "c", cmake(targets=("ogg",))),
     Recipe("libvorbis", "c", (_OGG_DEP, *cmake(*_OGG_OPTS, targets=("vorbis", "vorbisenc",
                                                                       "vorbisfile"))),
@@ -308,8 +364,10 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         "-DENABLE_LZMA=OFF", "-DENABLE_ZSTD=OFF", "-DBUILD_TOOLS=OFF", "-DBUILD_REGRESS=OFF",
         "-DBUILD_EXAMPLES=OFF", "-DBUILD_DOC=OFF", *_ZLIB_OPTS, targets=("zip",)),
         deps=("zlib",)),
+    # Static only, the library target is json-c itself (json-c-static exists beside a
+    # shared build only).
     Recipe("json-c", "c", cmake("-DDISABLE_WERROR=ON", "-DBUILD_STATIC_LIBS=ON",
-                                targets=("json-c-static",))),
+                                "-DDISABLE_EXTRA_LIBS=ON", targets=("json-c",))),
     Recipe("libconfig", "c", autotools("--disable-examples", "--disable-tests",
                                        make=("-C", "lib")),
            note="libconfig and libconfig++"),
@@ -392,8 +450,24 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                cmake_build(keep_going=True)),
         deps=("googletest",), exclude=_NOT_THEIR_GTEST,
         note="libprotobuf(-lite), libprotoc, protoc, then tests"),
-    Recipe("re2", "c++", cmake("-DRE2_BUILD_TESTING=OFF", targets=("re2",)),
-           note="library (its tests need an installed googletest/benchmark)"),
+    Recipe("re2", "c++", (
+        # Debian's tarball lacks the generated tables (+dfsg); its build makes them from
+        # Debian's unicode-data. Here the Unicode data comes from perl's Unicode::UCD (perl
+        # 5.36: Unicode 14, the version re2 20220601 generated its own tables from).
+        ("mkdir", "-p", f"{DEPS_DIR}/unicode"),
+        ("perl", "-e", _brace(UCD_TABLES_PERL), f"{DEPS_DIR}/unicode"),
+        ("sed", "-i", "-e", f"s|^_UNICODE_DIR = .*|_UNICODE_DIR = \"{{src}}/{DEPS_DIR}/unicode\"|",
+         # urllib is only for tables fetched from unicode.org; not python3-six for it
+         "-e", "s|^from six.moves import urllib$|import urllib.request|", "re2/unicode.py"),
+        shell("perl re2/make_perl_groups.pl > re2/perl_groups.cc && "
+              "python3 re2/make_unicode_casefold.py > re2/unicode_casefold.cc && "
+              "python3 re2/make_unicode_groups.py > re2/unicode_groups.cc"),
+        *cmake("-DRE2_BUILD_TESTING=OFF", targets=("re2",))),
+           # This version's tests bring their own small test framework (util/test.cc).
+           extra=(cmake_configure("-DRE2_BUILD_TESTING=ON", "-DBUILD_TESTING=ON"),
+                  cmake_build(keep_going=True)),
+           note="library (tables generated as Debian does, Unicode 14 data from perl), "
+           "then its tests and benchmark"),
     Recipe("abseil", "c++", cmake("-DABSL_PROPAGATE_CXX_STD=ON", "-DCMAKE_CXX_STANDARD=17"),
            extra=(cmake_configure("-DABSL_PROPAGATE_CXX_STD=ON", "-DCMAKE_CXX_STANDARD=17",
                                   "-DBUILD_TESTING=ON", "-DABSL_BUILD_TESTING=ON",
@@ -412,12 +486,21 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                                        "-DWITH_UNWIND=OFF", "-DWITH_PKGCONFIG=OFF"),
            extra=(cmake_configure("-DWITH_GFLAGS=OFF", "-DWITH_GTEST=OFF", "-DWITH_UNWIND=OFF",
                                   "-DBUILD_TESTING=ON"), cmake_build(keep_going=True))),
-    Recipe("benchmark", "c++", cmake("-DBENCHMARK_ENABLE_TESTING=OFF",
-                                     "-DBENCHMARK_ENABLE_WERROR=OFF"),
-           extra=(cmake_configure("-DBENCHMARK_ENABLE_TESTING=ON", "-DBENCHMARK_ENABLE_WERROR=OFF",
-                                  "-DBENCHMARK_ENABLE_GTEST_TESTS=OFF", "-DBUILD_TESTING=ON"),
+    # Debian patched out the version from git tags and passes GIT_VERSION itself; "0.0.0"
+    # makes benchmark take the version of its project() line. The gtest tests build against
+    # googletest's source package, where benchmark would download it.
+    Recipe("benchmark", "c++", (
+        # -pedantic-errors is not under BENCHMARK_ENABLE_WERROR; clang 22 counts its
+        # __COUNTER__ as an extension (Debian's GCC does not).
+        ("sed", "-i", "/add_cxx_compiler_flag(-pedantic-errors)/d", "CMakeLists.txt"),
+        *cmake(*_BENCHMARK_OPTS, "-DBENCHMARK_ENABLE_TESTING=OFF")),
+           extra=(cmake_configure(*_BENCHMARK_OPTS, "-DBENCHMARK_ENABLE_TESTING=ON",
+                                  "-DBENCHMARK_ENABLE_GTEST_TESTS=ON",
+                                  "-DBENCHMARK_USE_BUNDLED_GTEST=ON",
+                                  "-DGOOGLETEST_PATH={dep_googletest}", "-DBUILD_TESTING=ON"),
                   cmake_build(keep_going=True)),
-           note="library, then its tests that need no gtest"),
+           deps=("googletest",), exclude=_NOT_THEIR_GTEST,
+           note="library, then its tests (googletest from its source package)"),
     Recipe("flatbuffers", "c++", cmake("-DFLATBUFFERS_BUILD_TESTS=OFF",
                                        "-DFLATBUFFERS_LIBCXX_WITH_CLANG=OFF",
                                        "-DFLATBUFFERS_STRICT_MODE=OFF"),
@@ -451,9 +534,14 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         note="libzmq and its tools, then tests; no CURVE/TLS"),
     Recipe("ninja-build", "c++", cmake("-DBUILD_TESTING=ON"),
            note="ninja, its library, and its own tests (no gtest needed)"),
-    Recipe("taglib", "c++", cmake("-DWITH_ZLIB=OFF", "-DBUILD_EXAMPLES=ON",
-                                  "-DBUILD_BINDINGS=ON"),
-           note="libtag, the C bindings and examples; tests need cppunit"),
+    Recipe("taglib", "c++", (
+        # Debian includes <utf8/checked.h> from its utfcpp package; the tarball's own copy
+        # of utfcpp (3rdparty/utf8-cpp) serves under that name.
+        ("ln", "-s", "utf8-cpp", "3rdparty/utf8"),
+        *cmake("-DWITH_ZLIB=OFF", "-DBUILD_EXAMPLES=ON", "-DBUILD_BINDINGS=ON",
+               "-DCMAKE_CXX_FLAGS=-I{src}/3rdparty")),
+        note="libtag, the C bindings and examples (utfcpp: the tarball's copy); tests need "
+        "cppunit"),
     Recipe("harfbuzz", "c++", cmake("-DHB_BUILD_SUBSET=ON", "-DHB_HAVE_FREETYPE=OFF",
                                     "-DHB_HAVE_GLIB=OFF", "-DHB_HAVE_ICU=OFF",
                                     "-DHB_BUILD_TESTS=OFF"),
@@ -482,13 +570,17 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         deps=("libebml",), note="against libebml built from its source package"),
     Recipe("tinyobjloader", "c++", cmake("-DTINYOBJLOADER_BUILD_TEST_LOADER=ON",
                                          "-DTINYOBJLOADER_BUILD_OBJ_STICHER=ON")),
-    Recipe("cppcheck", "c++", cmake("-DHAVE_RULES=OFF", "-DUSE_MATCHCOMPILER=OFF",
-                                    "-DBUILD_GUI=OFF", "-DENABLE_OSS_FUZZ=OFF"),
-           extra=(cmake_configure("-DHAVE_RULES=OFF", "-DUSE_MATCHCOMPILER=OFF",
-                                  "-DBUILD_GUI=OFF", "-DENABLE_OSS_FUZZ=OFF",
-                                  "-DBUILD_TESTS=ON", "-DREGISTER_TESTS=OFF"),
+    Recipe("cppcheck", "c++", (
+        # cppcheck 2.10's SmallVector allocator cannot be rebound to its own type, which
+        # the bundled clang's libc++ asserts (newer cppchecks add this same member).
+        ("sed", "-i", "/^struct TaggedAllocator : std::allocator<T>$/{{n;s/^{{$/{{ template<"
+         "class U> struct rebind {{ using other = TaggedAllocator<U, N>; }};/}}",
+         "lib/smallvector.h"),
+        *cmake(*_CPPCHECK_OPTS)),
+           extra=(cmake_configure(*_CPPCHECK_OPTS, "-DBUILD_TESTS=ON", "-DREGISTER_TESTS=OFF"),
                   cmake_build(keep_going=True)),
-           note="lib, cli, bundled tinyxml2/simplecpp, then testrunner"),
+           note="lib (match-compiled, as Debian builds it), cli, bundled tinyxml2/simplecpp, "
+           "then testrunner"),
     Recipe("ccache", "c++", cmake("-DZSTD_FROM_INTERNET=OFF", "-DHIREDIS_FROM_INTERNET=OFF",
                                   "-DREDIS_STORAGE_BACKEND=OFF", "-DENABLE_TESTING=OFF",
                                   "-DENABLE_DOCUMENTATION=OFF"),
