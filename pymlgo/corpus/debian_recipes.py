@@ -376,12 +376,15 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
     Recipe("nettle", "c", autotools("--disable-assembler", "--disable-openssl",
                                     "--disable-documentation", make=("libnettle.a",)),
            note="libnettle only (libhogweed needs gmp's generated headers)"),
-    Recipe("gmp", "c", autotools("--disable-assembly", "--disable-cxx"),
+    # Debian's tarball has no doc/ (+dfsg) and its patch takes doc/Makefile out of
+    # configure.ac, not out of configure: regenerated, as Debian's build does.
+    Recipe("gmp", "c", autotools("--disable-assembly", "--disable-cxx", autoreconf=True),
            note="generic C (no assembly); the C++ wrapper is a handful of files"),
     Recipe("mpfr4", "c", (
         # mpfr's configure links against gmp: build it from its source in _deps/.
         shell("cp -r {dep_gmp} _deps_gmp && mkdir -p _deps && mv _deps_gmp _deps/gmp && "
-              "cd _deps/gmp && ./configure --disable-shared --disable-assembly >/dev/null && "
+              "cd _deps/gmp && autoreconf -fi >/dev/null 2>&1 && "
+              "./configure --disable-shared --disable-assembly >/dev/null && "
               "make -j{jobs} >/dev/null"),
         *autotools("--with-gmp-include={src}/_deps/gmp", "--with-gmp-lib={src}/_deps/gmp/.libs",
                    make=("-C", "src")),
