@@ -189,7 +189,7 @@ def test_autotools_and_cmake_codegen_flags_seen_in_debian_builds_load_and_compil
 ) -> None:
     """autotools' depcomp records `-MP` (phony targets of a dependency file, which no
     recompile writes) and graphite2's CMake build `-mfpmath sse` (a value as the next
-    argument): 14 of the broad corpus's Debian packages carry one of them."""
+    argument): 16 of the broad corpus's Debian packages carry one of them."""
     job = minic_jobs[0]
     cmd = (*job.cmd, "-dependency-file", "x.d", "-MT", "x.o", "-sys-header-deps", "-MP",
            "-mfpmath", "sse")
