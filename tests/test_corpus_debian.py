@@ -502,3 +502,18 @@ def test_re2s_unicode_data_is_written_from_perls_database_in_the_files_re2_reads
     assert folds["0041"] == ["C", "0061"]
     assert folds["1E9E"] == ["C", "00DF"]  # the simple folding where a full one exists
     assert "00DF" not in folds  # only a full folding (to "ss"): re2 uses simple ones
+
+
+def test_a_run_leaves_the_half_made_sub_corpora_of_other_packages_alone(
+    src_cache: Path, tmp_path: Path
+) -> None:
+    # Another run, building another package into the same directory, stages it there.
+    other = tmp_path / "c" / "_staging" / "other"
+    other.mkdir(parents=True)
+    (other / "module.bc").write_bytes(b"BC")
+    config = DebianConfig(output_dir=tmp_path / "c", src_cache=src_cache,
+                          build_root=tmp_path / "build", progress=False)
+    (res,) = build_debian_corpora(["tiny"], config, recipes=tiny_recipes(),
+                                  fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    assert res.status == "built"
+    assert (other / "module.bc").read_bytes() == b"BC"

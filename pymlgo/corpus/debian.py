@@ -673,10 +673,13 @@ def build_debian_corpora(
                                                       progress=config.progress))
     compiler = find_compiler(config.clang)
     out = _mkdir(config.output_dir.absolute())
-    shutil.rmtree(out / STAGING_DIR, ignore_errors=True)  # left by an interrupted run
     run_started = time.monotonic()
     results: list[PackageResult] = []
     todo = list(dict.fromkeys(packages))
+    # Left by an interrupted run; only this run's packages: another run building other
+    # packages into the same directory has its half-made sub-corpora there.
+    for pkg in todo:
+        shutil.rmtree(out / STAGING_DIR / pkg, ignore_errors=True)
     bar = tqdm(todo, desc="packages", unit="pkg", disable=not config.progress, file=sys.stderr,
                dynamic_ncols=True)
     for i, pkg in enumerate(bar, 1):

@@ -386,9 +386,12 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
               "cd _deps/gmp && autoreconf -fi >/dev/null 2>&1 && "
               "./configure --disable-shared --disable-assembly >/dev/null && "
               "make -j{jobs} >/dev/null"),
+        # No binary128: clang has __float128 but no _Float128, which configure then
+        # #defines to __float128, clashing with glibc's own typedef of it (Debian's GCC has
+        # both). Two conversion files fewer.
         *autotools("--with-gmp-include={src}/_deps/gmp", "--with-gmp-lib={src}/_deps/gmp/.libs",
-                   make=("-C", "src")),
-    ), deps=("gmp",), note="against gmp built from its source package"),
+                   "--disable-float128", make=("-C", "src")),
+    ), deps=("gmp",), note="against gmp built from its source package; no binary128"),
     Recipe("libunistring", "c", autotools(make=("-C", "lib"))),
     Recipe("libidn2", "c", (
         *autotools("--disable-doc", "--disable-nls", "--disable-valgrind-tests",
