@@ -163,10 +163,6 @@ def summary(report: EvalReport) -> dict[str, Any]:
             "by_bucket": report.by_bucket()}
 
 
-def by_package(report: EvalReport) -> dict[str, dict[str, Any]]:
-    return report.by_package()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -245,8 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not held or unknown:
             raise SystemExit(f"policy_quality: --heldout-packages: not in the corpus: {unknown}"
                              if unknown else "policy_quality: --heldout-packages is empty")
-        args.explicit_groups = [held]
-        return kfold(args, algos, tails, corpus, corpora, skipped, argv)
+        return kfold(args, algos, tails, corpus, corpora, skipped, argv, heldout=held)
     if args.folds > 1:
         return kfold(args, algos, tails, corpus, corpora, skipped, argv)
     compiler = find_compiler(None)
@@ -280,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"policy_quality: evaluating {name}", file=sys.stderr, flush=True)
             tr = evaluate(executor, compiler, train_jobs, policy, spec=spec)
             ho = evaluate(executor, compiler, held_jobs, policy, spec=spec)
-            packages = by_package(ho)
+            packages = ho.by_package()
             worst = max(packages.items(), key=lambda kv: kv[1]["change"]) if packages else None
             entry: dict[str, Any] = {
                 "train": summary(tr), "heldout": summary(ho), "heldout_packages": packages,
@@ -534,7 +529,7 @@ def _share_of_search(report: EvalReport, limit: Mapping[str, Any] | None) -> flo
 
 
 def _packages(report: EvalReport) -> tuple[dict[str, dict[str, Any]], str | None]:
-    packages = by_package(report)
+    packages = report.by_package()
     worst = max(packages.items(), key=lambda kv: kv[1]["change"])[0] if packages else None
     return packages, worst
 
@@ -549,11 +544,11 @@ def _heldout_entry(report: EvalReport, limit: Mapping[str, Any] | None) -> dict[
 
 def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: Corpus,
           corpora: Sequence[str], skipped: Mapping[str, str],
-          argv: Sequence[str] | None) -> int:
-    """Train and evaluate every algorithm on every fold (module docstring); report."""
+          argv: Sequence[str] | None, heldout: list[str] | None = None) -> int:
+    """Train and evaluate every algorithm on every fold (module docstring); report. With
+    `heldout`, one fold that holds out exactly those packages (`--heldout-packages`)."""
     out: Path = args.output_dir
-    groups = (getattr(args, "explicit_groups", None)
-              or package_folds(corpus, args.folds, args.seed))
+    groups = [heldout] if heldout else package_folds(corpus, args.folds, args.seed)
     minutes = (args.run_minutes if args.run_minutes is not None
                else args.minutes / (len(groups) * len(algos)))
     compiler = find_compiler(None)
@@ -706,8 +701,7 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
         }
     report = {
         "benchmark": "policy_quality",
-        "mode": ("explicit-split" if getattr(args, "explicit_groups", None)
-                 else "kfold-by-package"),
+        "mode": "explicit-split" if heldout else "kfold-by-package",
         "validation_by": args.validation_by,
         "command": " ".join([os.path.basename(sys.argv[0]), *(argv or sys.argv[1:])]),
         "folds": len(groups), "folds_reported": [f["fold"] for f in folds_out],

@@ -134,7 +134,7 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
                          "largest_growth_of_a_big_module": None if big is None else {
                              "module": big.name, "baseline_bytes": big.baseline_bytes,
                              "policy_bytes": big.policy_bytes,
-                             "change": (big.policy_bytes or 0) / (big.baseline_bytes or 1) - 1}}
+                             "change": big.change}}
     return out
 
 

@@ -165,8 +165,7 @@ class EvalReport:
         relative change; None when there is none."""
         rows = [m for m in self.ok_modules if m.baseline_bytes and m.policy_bytes is not None
                 and m.baseline_bytes >= min_baseline_bytes]
-        return max(rows, key=lambda m: (m.policy_bytes or 0) / (m.baseline_bytes or 1),
-                   default=None)
+        return max(rows, key=lambda m: m.change or 0.0, default=None)
 
     def measure_totals(self, measure: Measure) -> tuple[float, float]:
         """(baseline, policy) sums of `measure` over the modules that succeeded."""

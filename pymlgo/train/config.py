@@ -368,11 +368,12 @@ class TrainConfig:
     def setup_identity(self) -> dict[str, Any]:
         """The fields the one-time setup (split, vocab, warm start) depends on."""
         d = self.provenance()
-        keep = ("seed", "size_metric", "warmstart", "split", "policy", "bc", "vocab", "traces",
+        keep = ("seed", "size_metric", "warmstart", "split", "policy", "bc", "vocab",
                 "compile", "out_of_range")
-        return {k: d[k] for k in keep if k in d} | ({"traces": self.traces} if self.traces
-                                                    else {}) | {
-            "bc_warmstart": self.warmstart == "bc" and self.algo != "bc"}
+        identity = {k: d[k] for k in keep if k in d}
+        if self.traces:  # not in the provenance, but the setup read its decisions from it
+            identity["traces"] = self.traces
+        return identity | {"bc_warmstart": self.warmstart == "bc" and self.algo != "bc"}
 
     def identity(self) -> dict[str, Any]:
         """The fields a resumed run must share with its checkpoint (the budget may grow)."""
