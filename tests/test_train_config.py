@@ -175,3 +175,12 @@ def test_held_out_packages_can_be_named_and_validation_drawn_as_whole_packages()
     assert "heldout_packages" not in to_dict(make_config(algo="es"))["split"]
     with pytest.raises(ConfigError, match='split.by = "package"'):
         make_config(algo="es", split={"heldout_packages": ["zlib"]})
+
+
+def test_reading_clangs_own_decision_is_one_policy_key_saved_only_when_set():
+    from pymlgo.train.config import ConfigError, make_config, to_dict
+
+    assert "reads_default" not in to_dict(make_config())["policy"]
+    assert to_dict(make_config(policy={"reads_default": True}))["policy"]["reads_default"]
+    with pytest.raises(ConfigError, match="list 'inlining_default' there"):
+        make_config(policy={"reads_default": True, "features": ["callee_users"]})

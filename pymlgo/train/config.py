@@ -92,8 +92,16 @@ class PolicyConfig:
     quantiles: int | None = None  # None: DEFAULT_QUANTILES; must be unset with a vocab
     # None: every feature clang sends except its own decision (or the vocab's/warm start's)
     features: tuple[str, ...] | None = None
+    # The network also reads clang's own decision (`inlining_default`) as an input, so it
+    # learns where to depart from the heuristic instead of relearning the heuristic. Served
+    # through the channel only (`mlgo cc`, eval): clang's release mode has no such input, so
+    # such a policy cannot be exported to be compiled into clang.
+    reads_default: bool = False
 
     def __post_init__(self) -> None:
+        if self.reads_default and self.features is not None:
+            raise ConfigError("policy.reads_default applies to the default feature list; with "
+                              "an explicit policy.features, list 'inlining_default' there")
         if self.hidden is not None and any(h < 1 for h in self.hidden):
             raise ConfigError("policy.hidden layer sizes must be >= 1")
         if self.quantiles is not None and self.quantiles < 1:
@@ -400,12 +408,18 @@ def to_dict(cfg: Any) -> dict[str, Any]:
         for key, default in _SPLIT_OMITTED_AT_DEFAULT.items():
             if d["split"].get(key) == default:
                 del d["split"][key]
+        d["policy"] = to_dict(cfg.policy)
+    if isinstance(cfg, PolicyConfig):
+        for key, default in _POLICY_OMITTED_AT_DEFAULT.items():
+            if d.get(key) == default:
+                del d[key]
     return d
 
 
 # split keys added after policies were published, left out at their default (as above)
 _SPLIT_OMITTED_AT_DEFAULT: dict[str, Any] = {"heldout_packages": None,
                                              "validation_by": "module"}
+_POLICY_OMITTED_AT_DEFAULT: dict[str, Any] = {"reads_default": False}
 
 
 def _omitted_at_default() -> dict[str, Any]:
