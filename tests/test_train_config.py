@@ -184,3 +184,11 @@ def test_reading_clangs_own_decision_is_one_policy_key_saved_only_when_set():
     assert to_dict(make_config(policy={"reads_default": True}))["policy"]["reads_default"]
     with pytest.raises(ConfigError, match="list 'inlining_default' there"):
         make_config(policy={"reads_default": True, "features": ["callee_users"]})
+
+
+def test_il_search_moves_are_saved_only_when_not_single_flips():
+    from pymlgo.train.config import make_config, to_dict
+
+    assert "il" not in to_dict(make_config(algo="il"))
+    assert "moves" not in to_dict(make_config(algo="il", il={"budget": 8}))["il"]
+    assert to_dict(make_config(algo="il", il={"moves": "callee"}))["il"]["moves"] == "callee"

@@ -190,6 +190,7 @@ class ILConfig:
     budget: int = 16  # compiles per searched module per iteration (`mlgo search --budget`)
     modules_per_iteration: int = 0  # training modules searched per iteration; 0: all
     search_batch: int = 8  # flips per module compiled together in one search round
+    moves: Literal["single", "callee"] = "single"  # `mlgo search --moves`
     epochs_per_iteration: int = 4  # passes over the whole dataset after each search
     batch_size: int = 256
     learning_rate: float = 3e-3
@@ -402,24 +403,24 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
     d = plain(dataclasses.asdict(cfg))
     if isinstance(cfg, TrainConfig):
+        d["policy"], d["il"] = to_dict(cfg.policy), to_dict(cfg.il)
         for key, default in _omitted_at_default().items():
             if d.get(key) == default:
                 del d[key]
         for key, default in _SPLIT_OMITTED_AT_DEFAULT.items():
             if d["split"].get(key) == default:
                 del d["split"][key]
-        d["policy"] = to_dict(cfg.policy)
-    if isinstance(cfg, PolicyConfig):
-        for key, default in _POLICY_OMITTED_AT_DEFAULT.items():
-            if d.get(key) == default:
-                del d[key]
+    for key, default in _TABLE_KEYS_OMITTED_AT_DEFAULT.get(type(cfg), {}).items():
+        if d.get(key) == default:
+            del d[key]
     return d
 
 
 # split keys added after policies were published, left out at their default (as above)
 _SPLIT_OMITTED_AT_DEFAULT: dict[str, Any] = {"heldout_packages": None,
                                              "validation_by": "module"}
-_POLICY_OMITTED_AT_DEFAULT: dict[str, Any] = {"reads_default": False}
+_TABLE_KEYS_OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
+    PolicyConfig: {"reads_default": False}, ILConfig: {"moves": "single"}}
 
 
 def _omitted_at_default() -> dict[str, Any]:
