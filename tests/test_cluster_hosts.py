@@ -37,11 +37,16 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 _REASON = netns_hosts.unavailable_reason()
 if _REASON is not None:
     pytest.skip(_REASON, allow_module_level=True)
-# Opt-in until it has been seen passing: on the loaded 2-core reference machine the head's
-# Ray Client server did not start a driver's own server within 11 minutes.
-if os.environ.get("MLGO_NETNS_CLUSTER") != "1":
-    pytest.skip("opt-in (MLGO_NETNS_CLUSTER=1): starts a 3-host Ray cluster in network "
-                "namespaces, tens of minutes on a loaded 2-core machine",
+# Seen passing at stop 29: 4 tests in 163 s at a load average of 1 on the 2-core machine.
+# At a load of 12-19 (stop 28) the head's Ray Client server did not start a driver's
+# server within 11 minutes, so a machine that busy skips it, saying so.
+_LOAD_LIMIT = 2.0 * (os.cpu_count() or 1)
+if os.environ.get("MLGO_NETNS_CLUSTER") == "0":
+    pytest.skip("MLGO_NETNS_CLUSTER=0: the namespace cluster was switched off",
+                allow_module_level=True)
+if os.environ.get("MLGO_NETNS_CLUSTER") != "1" and os.getloadavg()[0] > _LOAD_LIMIT:
+    pytest.skip(f"load average {os.getloadavg()[0]:.1f} > {_LOAD_LIMIT:.0f}: too busy for a "
+                "3-host Ray cluster in namespaces (MLGO_NETNS_CLUSTER=1 runs it anyway)",
                 allow_module_level=True)
 
 ITERATIONS = 3
