@@ -174,6 +174,7 @@ def test_regalloc_priority_names_its_own_policies():
     priority = registry.problem("regalloc-priority")
     assert getattr(load_policy("size", problem=priority), "advisor", None) == "priority"
     assert getattr(load_policy("random:3", problem=priority), "advisor", None) == "priority"
+    assert load_policy("stage-size", problem=priority).name == "priority:stage-size"
     with pytest.raises(PolicyLoadError, match="evict advisor"):
         load_policy("no-evict", problem=priority)
     with pytest.raises(PolicyLoadError, match="priority advisor"):
