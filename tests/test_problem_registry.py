@@ -34,14 +34,14 @@ PROBLEM_OBJECTS = frozenset({"INLINING", "REGALLOC_EVICT", "REGALLOC_PRIORITY"})
 
 
 def _mentions(node: ast.AST, aliases: set[str]) -> bool:
-    """`node` is a problem name: the string itself, a constant bound to it, or a
-    tuple/list/set holding one."""
+    """`node` is a problem name: the string itself, a constant bound to it, the `name` of a
+    registered problem object (`INLINING.name`), or a tuple/list/set holding one."""
     if isinstance(node, ast.Constant):
         return isinstance(node.value, str) and node.value in PROBLEM_NAMES
     if isinstance(node, ast.Name):
         return node.id in aliases
     if isinstance(node, ast.Attribute):
-        return node.attr in aliases
+        return node.attr in aliases or (node.attr == "name" and _mentions(node.value, aliases))
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
         return any(_mentions(e, aliases) for e in node.elts)
     return False
@@ -95,6 +95,9 @@ def test_no_module_above_problems_branches_on_a_problem_name():
     'p.add_argument("--problem", choices=["inlining", "regalloc"])\n',
     'from pymlgo.problems.inlining.problem import INLINING\nif problem is INLINING:\n    pass\n',
     'if spec.problem == registry.REGALLOC_EVICT:\n    pass\n',
+    'if info.get("problem") != INLINING.name:\n    pass\n',
+    'p.add_argument("--problem", default=INLINING.name, choices=[INLINING.name])\n',
+    'ok = tag in (REGALLOC_PRIORITY.name, "x")\n',
 ])
 def test_the_scan_finds_every_kind_of_branch_on_a_name(source):
     assert list(name_branches(source))
@@ -104,6 +107,8 @@ def test_the_scan_finds_every_kind_of_branch_on_a_name(source):
     'help = "inlining, or regalloc: the allocator"\n',  # prose is not a branch
     'p.add_argument("--problem", choices=registry.names())\n',
     'if spec.problem is problem:\n    pass\n',
+    'if info.get("problem") != problem.name:\n    pass\n',  # the problem at hand
+    'summary = {"problem": INLINING.name}\n',  # recording a name is not branching on it
 ])
 def test_the_scan_leaves_prose_and_registry_lookups_alone(source):
     assert not list(name_branches(source))
@@ -169,6 +174,7 @@ def test_regalloc_priority_names_its_own_policies():
     priority = registry.problem("regalloc-priority")
     assert getattr(load_policy("size", problem=priority), "advisor", None) == "priority"
     assert getattr(load_policy("random:3", problem=priority), "advisor", None) == "priority"
+    assert load_policy("stage-size", problem=priority).name == "priority:stage-size"
     with pytest.raises(PolicyLoadError, match="evict advisor"):
         load_policy("no-evict", problem=priority)
     with pytest.raises(PolicyLoadError, match="priority advisor"):

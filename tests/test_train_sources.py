@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,6 +119,15 @@ def test_a_trace_of_another_policy_is_refused(pipeline, tmp_path):
                 "--output_dir", str(never), "--workers", "2")[0] == 0
     message = refused(pipeline, tmp_path / "run", "--traces", str(never))
     assert "policy 'never'" in message and "mlgo trace --policy default" in message
+
+
+def test_a_trace_of_another_problem_is_refused(pipeline, tmp_path):
+    other = tmp_path / "trace"
+    shutil.copytree(pipeline.trace, other)
+    info = json.loads((other / "trace.json").read_text())
+    (other / "trace.json").write_text(json.dumps({**info, "problem": "regalloc-evict"}))
+    message = refused(pipeline, tmp_path / "run", "--traces", str(other))
+    assert "trace of problem 'regalloc-evict', not of 'inlining'" in message
 
 
 def test_a_trace_of_another_corpus_is_refused(pipeline, demo_corpus_dir, tmp_path):

@@ -45,9 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"which optimization the policy drives (default: "
                    f"{registry.DEFAULT.name}). {registry.help_text()}. Eviction policies: "
                    "default (the stock advisor), random[:SEED], no-evict, heuristic, or a "
-                   "saved regalloc policy directory; priority policies: default, "
-                   "random[:SEED], size. The register allocation reports add the weighted "
-                   "cost (baseline_cost, policy_cost, cost_change) next to the bytes")
+                   "saved eviction policy directory; priority policies: default, "
+                   "random[:SEED], size, stage-size, or a saved priority policy directory. "
+                   "The register allocation reports add the weighted cost (baseline_cost, "
+                   "policy_cost, cost_change) next to the bytes")
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic policies")
     p.add_argument("--json", type=Path, default=None, metavar="OUT",
                    help="also write the full report as JSON to OUT")

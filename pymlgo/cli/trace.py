@@ -10,7 +10,8 @@ from pymlgo.cli import common
 from pymlgo.evaluate.eval import corpus_jobs
 from pymlgo.evaluate.trace import TraceSummary, trace_corpus
 from pymlgo.policy.store import load_policy
-from pymlgo.problems.inlining.problem import INLINING, InliningOptions
+from pymlgo.problems import registry
+from pymlgo.problems.inlining.problem import InliningOptions
 from pymlgo.protocol.features import FeatureMismatchError
 from pymlgo.toolchain.compiler import CompilerError, find_compiler
 from pymlgo.workers.protocol import Executor, ExecutorError, WorkSpec
@@ -52,12 +53,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="replace OUTPUT_DIR if it exists (only once the new trace is complete)",
     )
+    traced = [problem.name for problem in registry.PROBLEMS if problem.traces]
     p.add_argument(
         "--problem",
-        default=INLINING.name,
-        choices=[INLINING.name],
-        help=f"which optimization the policy drives (default: {INLINING.name}; traces are "
-        "written for the inliner only)",
+        default=traced[0],
+        choices=traced,
+        help=f"which optimization the policy drives (default: {traced[0]}; traces are "
+        f"written for {', '.join(traced)} only)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic policies")
     p.add_argument(

@@ -24,8 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Train a policy on the training split of a corpus: by default an inlining-"
             "for-size policy; --problem regalloc-evict learns the register allocator's "
-            "eviction advisor (es or ppo) against the stock advisor's weighted spill cost. "
-            "Every "
+            "eviction advisor (es or ppo) against the stock advisor's weighted spill cost, "
+            "--problem regalloc-priority its queue priorities (es or ppo) likewise. Every "
             "iteration is checkpointed to OUTPUT_DIR; rerunning the same command on an "
             "OUTPUT_DIR that holds a checkpoint resumes it. The policy with the smallest "
             "total size (--size-metric; default: every allocated section, what ships) on "
@@ -87,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "split's modules (saved as OUTPUT_DIR/ir2native-model.json)")
     p.add_argument("--problem", default=None, choices=registry.names(),
                    help=f"default: the config's problem, else {registry.DEFAULT.name}. "
-                   f"{registry.help_text()}. Register allocation (eviction) trains with "
+                   f"{registry.help_text()}. Register allocation (both advisors) trains with "
                    "--algo es or ppo; the inlining-only keys (--partial-rewards, --vocab, "
                    "--traces, ...) are refused there")
     p.add_argument("--no-tensorboard", dest="tensorboard", action="store_false",

@@ -1,4 +1,5 @@
-"""The policy network as plain numpy arrays: a ReLU MLP ending in one logit.
+"""The policy network as plain numpy arrays: a ReLU MLP ending in one logit, alone or with
+a linear skip term (`SkipMLP`, the register allocation policies' network).
 
 Training code (torch) converts to and from `MLPParams`; compile workers only ever run the
 numpy forward pass here, so they never need torch.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -126,3 +128,50 @@ def init_mlp(input_dim: int, hidden: Sequence[int], rng: np.random.Generator) ->
         weights.append(rng.uniform(-limit, limit, size=(fan_in, fan_out)).astype(np.float32))
         biases.append(np.zeros(fan_out, dtype=np.float32))
     return MLPParams(tuple(weights), tuple(biases))
+
+
+_Net = TypeVar("_Net", bound="SkipMLP")
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: holds arrays
+class SkipMLP:
+    """score(x) = mlp(x) + skip . x: the skip term holds a hand-written rule the untrained
+    policy follows exactly or nearly (the MLP starts small), so training learns departures
+    from it."""
+
+    mlp: MLPParams
+    skip: np.ndarray  # (input_dim,) float32
+
+    def __post_init__(self) -> None:
+        skip = np.array(self.skip, dtype=np.float32).reshape(-1)
+        if skip.size != self.mlp.input_dim:
+            raise ValueError(f"network takes {self.mlp.input_dim} inputs and the skip has "
+                             f"{skip.size}")
+        skip.flags.writeable = False
+        object.__setattr__(self, "skip", skip)
+
+    @property
+    def input_dim(self) -> int:
+        return self.mlp.input_dim
+
+    @property
+    def size(self) -> int:
+        return self.mlp.size + self.skip.size
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        """(..., input_dim) inputs -> (...) float32 scores."""
+        x = np.asarray(x, dtype=np.float32)
+        lead = x.shape[:-1]
+        flat = x.reshape(-1, self.input_dim)
+        skip = affine(flat, self.skip[:, None], np.zeros(1, np.float32))[:, 0]
+        return (self.mlp.forward(flat) + skip).reshape(lead)
+
+    def flat(self) -> np.ndarray:
+        return np.concatenate((self.mlp.flat(), self.skip))
+
+    def with_flat(self: _Net, v: np.ndarray) -> _Net:
+        """The same kind of network (a subclass stays itself) with parameters `v`."""
+        v = np.asarray(v, dtype=np.float32).reshape(-1)
+        if v.size != self.size:
+            raise ValueError(f"flat vector has {v.size} values, the network has {self.size}")
+        return type(self)(self.mlp.with_flat(v[: self.mlp.size]), v[self.mlp.size :])

@@ -1,4 +1,7 @@
-"""The learned eviction policy: one small network scores every column, masked softmax picks.
+"""The learned eviction policy: one small network scores every column, masked softmax picks;
+and the regalloc policy codec (`load_spec`, `save_policy`) for it and the learned priority
+policy (`policy/priority.py`): one `policy.json` holding the network, versioned
+`regalloc-1.x`, its `advisor` field saying which of the two it is.
 
 As in MLGO's regalloc network, the same network is applied to each column (each
 interfering register, the last column being the candidate itself, "evict nothing"), the
@@ -28,11 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from pymlgo.policy.mlp import MLPParams, affine, init_mlp
+from pymlgo.policy.mlp import MLPParams, SkipMLP, init_mlp
+from pymlgo.policy.priority import INPUT_NAMES as PRIORITY_INPUTS
+from pymlgo.policy.priority import PriorityNetwork, PriorityPolicy
 from pymlgo.policy.store import PolicyLoadError
 from pymlgo.problems.base import Policy, Problem
 from pymlgo.problems.inlining.policies import module_seed
-from pymlgo.problems.regalloc.advice import MASK_FEATURE, Advisor
+from pymlgo.problems.regalloc.advice import ADVISORS, MASK_FEATURE, Advisor
 from pymlgo.problems.regalloc.policies import (
     HEURISTIC_FEATURES,
     builtin_policy,
@@ -131,40 +136,14 @@ def masked_log_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: holds arrays
-class EvictionNetwork:
+class EvictionNetwork(SkipMLP):
     """score(x) = mlp(x) + skip . x, for rows x of `encode`."""
 
-    mlp: MLPParams
-    skip: np.ndarray  # (INPUT_DIM,) float32
-
     def __post_init__(self) -> None:
-        skip = np.array(self.skip, dtype=np.float32).reshape(-1)
-        if skip.size != self.mlp.input_dim or self.mlp.input_dim != INPUT_DIM:
-            raise ValueError(f"network takes {self.mlp.input_dim} inputs and the skip has "
-                             f"{skip.size}; the encoding has {INPUT_DIM}")
-        skip.flags.writeable = False
-        object.__setattr__(self, "skip", skip)
-
-    @property
-    def size(self) -> int:
-        return self.mlp.size + self.skip.size
-
-    def scores(self, x: np.ndarray) -> np.ndarray:
-        """(..., INPUT_DIM) inputs -> (...) float32 scores."""
-        x = np.asarray(x, dtype=np.float32)
-        lead = x.shape[:-1]
-        flat = x.reshape(-1, INPUT_DIM)
-        skip = affine(flat, self.skip[:, None], np.zeros(1, np.float32))[:, 0]
-        return (self.mlp.forward(flat) + skip).reshape(lead)
-
-    def flat(self) -> np.ndarray:
-        return np.concatenate((self.mlp.flat(), self.skip))
-
-    def with_flat(self, v: np.ndarray) -> EvictionNetwork:
-        v = np.asarray(v, dtype=np.float32).reshape(-1)
-        if v.size != self.size:
-            raise ValueError(f"flat vector has {v.size} values, the network has {self.size}")
-        return EvictionNetwork(self.mlp.with_flat(v[: self.mlp.size]), v[self.mlp.size :])
+        super().__post_init__()
+        if self.mlp.input_dim != INPUT_DIM:
+            raise ValueError(f"network takes {self.mlp.input_dim} inputs; the encoding has "
+                             f"{INPUT_DIM}")
 
 
 def init_network(rng: np.random.Generator,
@@ -249,7 +228,14 @@ def _floats(a: np.ndarray) -> list[Any]:
     return np.asarray(a, dtype=np.float32).astype(np.float64).tolist()  # type: ignore[no-any-return]
 
 
-def policy_document(policy: EvictionPolicy) -> dict[str, Any]:
+def policy_document(policy: EvictionPolicy | PriorityPolicy) -> dict[str, Any]:
+    if isinstance(policy, PriorityPolicy):
+        kind = "mlp + linear skip -> log2 priority; sampling: Gaussian, exp(log_std)"
+        inputs: Sequence[str] = PRIORITY_INPUTS
+        extra: dict[str, Any] = {"log_std": float(policy.log_std)}
+    else:
+        kind = "per-column mlp + linear skip, masked softmax over columns"
+        inputs, extra = INPUT_NAMES, {}
     net = policy.network
     return {
         "format": POLICY_FORMAT,
@@ -258,20 +244,21 @@ def policy_document(policy: EvictionPolicy) -> dict[str, Any]:
         "advisor": policy.advisor,
         "name": policy.name,
         "features": list(policy.required_features),
-        "inputs": list(INPUT_NAMES),
+        "inputs": list(inputs),
         "network": {
-            "kind": "per-column mlp + linear skip, masked softmax over columns",
+            "kind": kind,
             "activation": "relu",
             "hidden": list(policy.hidden),
             "weights": [_floats(w) for w in net.mlp.weights],
             "biases": [_floats(b) for b in net.mlp.biases],
             "skip": _floats(net.skip),
+            **extra,
         },
         "hyperparameters": dict(policy.hyperparameters),
     }
 
 
-def save_policy(policy: EvictionPolicy, directory: Path) -> None:
+def save_policy(policy: EvictionPolicy | PriorityPolicy, directory: Path) -> None:
     """Write `directory/policy.json` (byte-deterministic: sorted keys, exact floats)."""
     try:
         text = json.dumps(policy_document(policy), sort_keys=True, allow_nan=False)
@@ -280,7 +267,8 @@ def save_policy(policy: EvictionPolicy, directory: Path) -> None:
     write_atomic(Path(directory) / POLICY_FILE, (text + "\n").encode())
 
 
-def load_eviction_policy(directory: Path) -> EvictionPolicy:
+def load_saved_policy(directory: Path) -> EvictionPolicy | PriorityPolicy:
+    """The saved regalloc policy in `directory`, of whichever advisor it answers."""
     path = Path(directory) / POLICY_FILE
     try:
         doc = json.loads(path.read_text())
@@ -295,20 +283,48 @@ def load_eviction_policy(directory: Path) -> EvictionPolicy:
     if not m or m["problem"] != PROBLEM or int(m["major"]) != VERSION_MAJOR:
         raise RegallocPolicyError(f"{path}: version {doc.get('version')!r} is not readable "
                                   f"(this pymlgo reads {PROBLEM}-{VERSION_MAJOR}.x)")
-    if doc.get("inputs") != list(INPUT_NAMES):
+    advisor = doc.get("advisor", "evict")
+    if advisor not in ADVISORS:
+        raise RegallocPolicyError(f"{path}: unknown advisor {advisor!r} (this pymlgo reads "
+                                  f"{', '.join(ADVISORS)})")
+    inputs = PRIORITY_INPUTS if advisor == "priority" else INPUT_NAMES
+    if doc.get("inputs") != list(inputs):
         raise RegallocPolicyError(f"{path}: the policy was trained on other inputs than this "
                                   "pymlgo encodes")
     try:
         net = doc["network"]
         mlp = MLPParams(tuple(np.array(w, dtype=np.float32) for w in net["weights"]),
                         tuple(np.array(b, dtype=np.float32) for b in net["biases"]))
-        network = EvictionNetwork(mlp, np.array(net["skip"], dtype=np.float32))
-        return EvictionPolicy(network, version=str(doc["version"]),
-                              hyperparameters=doc.get("hyperparameters") or {},
-                              name=str(doc.get("name", "regalloc-mlp")),
-                              required_features=tuple(doc["features"]))
+        skip = np.array(net["skip"], dtype=np.float32)
+        common: dict[str, Any] = {"version": str(doc["version"]),
+                                  "hyperparameters": doc.get("hyperparameters") or {},
+                                  "required_features": tuple(doc["features"])}
+        if advisor == "priority":
+            log_std = float(net["log_std"])
+            if not math.isfinite(log_std):
+                raise ValueError(f"log_std is {log_std}")
+            return PriorityPolicy(PriorityNetwork(mlp, skip), log_std=log_std,
+                                  name=str(doc.get("name", "regalloc-priority-mlp")), **common)
+        return EvictionPolicy(EvictionNetwork(mlp, skip),
+                              name=str(doc.get("name", "regalloc-mlp")), **common)
     except (KeyError, TypeError, ValueError) as exc:
         raise RegallocPolicyError(f"{path}: malformed policy ({exc})") from exc
+
+
+def load_eviction_policy(directory: Path) -> EvictionPolicy:
+    policy = load_saved_policy(directory)
+    if not isinstance(policy, EvictionPolicy):
+        raise RegallocPolicyError(f"{directory}: a {policy.advisor} policy, not an eviction "
+                                  "policy")
+    return policy
+
+
+def load_priority_policy(directory: Path) -> PriorityPolicy:
+    policy = load_saved_policy(directory)
+    if not isinstance(policy, PriorityPolicy):
+        raise RegallocPolicyError(f"{directory}: an {policy.advisor} policy, not a priority "
+                                  "policy")
+    return policy
 
 
 def load_spec(spec: str, *, seed: int = 0, problem: Problem | None = None) -> Policy:
@@ -316,14 +332,15 @@ def load_spec(spec: str, *, seed: int = 0, problem: Problem | None = None) -> Po
     regalloc problems' policy codec (`Problem.policy_codec`). For `regalloc-priority`,
     `default`, `random[:SEED]` and `size` name its priority policies."""
     advisor = problem.advisor if isinstance(problem, RegallocProblem) else None
-    if advisor == "priority" and spec.split(":")[0] in ("default", "random", "size"):
+    if advisor == "priority" and spec.split(":")[0] in ("default", "random", "size",
+                                                          "stage-size"):
         spec = f"priority:{spec}"
     try:
         policy = builtin_policy(spec, seed=seed)
     except ValueError as exc:
         if not Path(spec).is_dir():
             raise RegallocPolicyError(f"{exc} (and no directory {spec!r} exists)") from None
-        policy = dataclasses.replace(load_eviction_policy(Path(spec)), name=spec, seed=seed)
+        policy = dataclasses.replace(load_saved_policy(Path(spec)), name=spec, seed=seed)
     answers = getattr(policy, "advisor", "evict")
     if advisor is not None and answers != advisor:
         assert problem is not None

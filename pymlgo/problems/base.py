@@ -167,6 +167,11 @@ class Problem(Protocol):
         ...
 
     @property
+    def traces(self) -> bool:
+        """Whether `mlgo trace` writes this problem's decisions as training logs."""
+        ...
+
+    @property
     def training(self) -> str:
         """Module (above `problems/`) with `training(problem)`, the hooks the one trainer
         and its algorithms need (`train/hooks.py`): scoring, setup, policy heads."""

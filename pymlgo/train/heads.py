@@ -9,14 +9,18 @@ an iteration's episodes with their advantages, and the log-probability of an act
   minus the mean reward of the same function in the module's other samples (leave-one-
   out). Functions whose reward is the same in every sample carry no signal and are
   dropped, as are decisions with a single valid column (nothing to choose).
+- `PriorityHead`: one Gaussian decision per enqueued live range over its log2 priority
+  (`PriorityPolicy`, learned standard deviation); advantages per machine function as for
+  eviction.
 
 Only the trainer process imports this module (torch); workers run the numpy policies.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from pymlgo.policy.inlining import InliningPolicy
+from pymlgo.policy.priority import PriorityNetwork, PriorityPolicy, log2_actions
+from pymlgo.policy.priority import encode as encode_priority
 from pymlgo.policy.regalloc import (
     INPUT_DIM,
     EvictionNetwork,
@@ -39,9 +45,9 @@ from pymlgo.train.env import Episode, TrainEnv, inputs, size_change
 from pymlgo.train.nets import MLP, tensor
 
 _LOG_EPS = 1e-7  # keeps log(p) finite for a saturated sigmoid
-# eviction decisions learned from per iteration, split over the trajectories: a large
+# regalloc decisions learned from per iteration, split over the trajectories: a large
 # module sends tens of thousands (memory)
-MAX_EVICTION_DECISIONS = 20_000
+MAX_REGALLOC_DECISIONS = 20_000
 
 Made = tuple[tuple[torch.Tensor, ...], np.ndarray, np.ndarray, dict[str, float]]
 
@@ -164,6 +170,54 @@ def trajectory_batch(trajectory: Trajectory, advantages: dict[str, float], *,
     return EvictionBatch(x, mask[rows], actions, adv)
 
 
+@dataclass(frozen=True)
+class FunctionSamples:
+    """What a regalloc iteration's samples teach, per machine function: each recorded
+    sample's trajectory with its functions' advantages (`function_advantages`)."""
+
+    samples: list[tuple[Trajectory, dict[str, float]]]
+    rewards: list[float]  # per sample: the mean reward of its functions
+    functions: int  # (sample, function) pairs with an advantage
+    members: int  # samples per module
+    modules: int  # sampled this iteration, those that failed included
+
+    def scalars(self, env: TrainEnv, episodes: list[Episode], n: int) -> dict[str, float]:
+        return {"reward/train": float(np.mean(self.rewards)) if self.rewards else 0.0,
+                f"{env.scoring.name}_change/train": size_change([e for e in episodes
+                                                                 if e.ok]),
+                "ppo/decisions": float(n), "ppo/functions": float(self.functions)}
+
+    def per_trajectory(self) -> int:
+        """Decisions to keep of each sample, so an iteration learns from at most
+        MAX_REGALLOC_DECISIONS."""
+        return max(1, MAX_REGALLOC_DECISIONS // max(1, self.modules * self.members))
+
+
+def function_samples(env: TrainEnv, episodes: list[Episode]) -> FunctionSamples:
+    """The recorded samples of every module whose samples all succeeded, with their
+    per-function advantages against each other (a failed sample has no reward to compare
+    with)."""
+    by_module: dict[str, list[Episode]] = {}
+    for e in episodes:  # sorted by (module, member)
+        by_module.setdefault(e.module, []).append(e)
+    members = max((len(v) for v in by_module.values()), default=1)
+    samples: list[tuple[Trajectory, dict[str, float]]] = []
+    functions, rewards = 0, []
+    for m, eps in by_module.items():
+        base = env.references.get(m)
+        if base is None or len(eps) < members or not all(
+                e.ok and e.result is not None and e.result.trajectory is not None
+                for e in eps):
+            continue
+        ok = [e.result for e in eps if e.result is not None]
+        rewards += [np.mean(list(function_rewards(s, base).values()) or [0.0]) for s in ok]
+        for s, a in zip(ok, function_advantages(ok, base), strict=True):
+            functions += len(a)
+            assert s.trajectory is not None
+            samples.append((s.trajectory, a))
+    return FunctionSamples(samples, rewards, functions, members, len(by_module))
+
+
 class EvictionHead:
     def net(self, policy: EvictionPolicy) -> TorchEvictionNet:
         return TorchEvictionNet(policy.network)
@@ -173,28 +227,10 @@ class EvictionHead:
 
     def batch(self, ppo: Any, env: TrainEnv, episodes: list[Episode],
               behaviour: EvictionPolicy) -> Made | dict[str, float]:
-        by_module: dict[str, list[Episode]] = {}
-        for e in episodes:  # sorted by (module, member)
-            by_module.setdefault(e.module, []).append(e)
-        members = max((len(v) for v in by_module.values()), default=1)
-        per_trajectory = max(1, MAX_EVICTION_DECISIONS // max(1, len(by_module) * members))
-        batches, functions, rewards = [], 0, []
-        for m, eps in by_module.items():
-            base = env.references.get(m)
-            samples = [e.result for e in eps]
-            if base is None or len(eps) < members or not all(
-                    e.ok and e.result is not None and e.result.trajectory is not None
-                    for e in eps):
-                continue  # a failed sample has no reward to compare with
-            ok = [s for s in samples if s is not None]
-            adv = function_advantages(ok, base)
-            rewards += [np.mean(list(function_rewards(s, base).values()) or [0.0]) for s in ok]
-            for s, a in zip(ok, adv, strict=True):
-                functions += len(a)
-                assert s.trajectory is not None
-                b = trajectory_batch(s.trajectory, a, rng=ppo.rng, limit=per_trajectory)
-                if b is not None:
-                    batches.append(b)
+        got = function_samples(env, episodes)
+        limit = got.per_trajectory()
+        batches = [b for traj, adv in got.samples
+                   if (b := trajectory_batch(traj, adv, rng=ppo.rng, limit=limit)) is not None]
         if not batches:
             return {"ppo/decisions": 0.0}
         x, mask, actions, adv = (np.concatenate([getattr(b, f) for b in batches])
@@ -202,13 +238,9 @@ class EvictionHead:
         n = len(actions)
         logp_old = masked_log_softmax(behaviour.network.scores(x), mask)[
             np.arange(n), actions].astype(np.float64)
-        scalars = {"reward/train": float(np.mean(rewards)) if rewards else 0.0,
-                   f"{env.scoring.name}_change/train": size_change([e for e in episodes
-                                                                    if e.ok]),
-                   "ppo/decisions": float(n), "ppo/functions": float(functions)}
         batch = (torch.from_numpy(x.reshape(-1, x.shape[1], INPUT_DIM)),
                  torch.from_numpy(mask), torch.from_numpy(actions))
-        return batch, logp_old, adv, scalars
+        return batch, logp_old, adv, got.scalars(env, episodes, n)
 
     def log_prob_entropy(self, net: TorchEvictionNet, batch: tuple[torch.Tensor, ...],
                          idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,4 +250,77 @@ class EvictionHead:
         logp = logp_all.gather(1, actions[idx, None])[:, 0]
         p = logp_all.exp()
         entropy = -(p * logp_all.masked_fill(~valid[idx], 0.0)).sum(dim=-1)
+        return logp, entropy
+
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+class TorchPriorityNet(nn.Module):
+    """The torch mirror of `PriorityPolicy`: the mean log2 priority mlp(x) + skip . x, and
+    the Gaussian's log standard deviation."""
+
+    def __init__(self, network: PriorityNetwork, log_std: float) -> None:
+        super().__init__()
+        self.mlp = MLP.from_params(network.mlp)
+        self.skip = nn.Parameter(torch.from_numpy(np.array(network.skip, dtype=np.float32)))
+        self.log_std = nn.Parameter(torch.tensor(float(log_std), dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(n, PRIORITY_INPUT_DIM) -> (n,) mean scores."""
+        return self.mlp(x)[:, 0] + x @ self.skip
+
+    def to_network(self) -> PriorityNetwork:
+        return PriorityNetwork(self.mlp.to_params(), self.skip.detach().numpy().copy())
+
+
+def priority_rows(trajectory: Trajectory, advantages: dict[str, float], *, limit: int,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(inputs, scores drawn, advantages) of the decisions of the functions that have an
+    advantage; at most `limit` of them (a seeded subsample)."""
+    n = len(trajectory)
+    fns = np.asarray(trajectory.contexts, dtype=object)
+    rows = np.flatnonzero(np.isin(fns, list(advantages))) if n else np.zeros(0, np.int64)
+    if len(rows) > limit:
+        rows = np.sort(rng.choice(rows, limit, replace=False))
+    if not len(rows):
+        return None
+    x = encode_priority({k: v[rows] for k, v in trajectory.features.items()})
+    actions = log2_actions(trajectory.advice.reshape(n, -1)[rows, 0])
+    return x, actions, np.array([advantages[fns[i]] for i in rows], dtype=np.float64)
+
+
+class PriorityHead:
+    """One Gaussian decision per live range the allocator enqueues: the log2 priority,
+    drawn around the network's score; advantages per machine function as for eviction. A
+    priority clamped at the ends of the log2 range is taken as the clamped score."""
+
+    def net(self, policy: PriorityPolicy) -> TorchPriorityNet:
+        return TorchPriorityNet(policy.network, policy.log_std)
+
+    def policy(self, template: PriorityPolicy, net: TorchPriorityNet) -> PriorityPolicy:
+        return replace(template.with_network(net.to_network()),
+                       log_std=float(net.log_std.detach()))
+
+    def batch(self, ppo: Any, env: TrainEnv, episodes: list[Episode],
+              behaviour: PriorityPolicy) -> Made | dict[str, float]:
+        got = function_samples(env, episodes)
+        limit = got.per_trajectory()
+        rows = [r for traj, adv in got.samples
+                if (r := priority_rows(traj, adv, limit=limit, rng=ppo.rng)) is not None]
+        if not rows:
+            return {"ppo/decisions": 0.0}
+        x, actions, adv = (np.concatenate([r[i] for r in rows]) for i in range(3))
+        mean = behaviour.scores(x).astype(np.float64)
+        z = (actions - mean) / math.exp(behaviour.log_std)
+        logp_old = -0.5 * z * z - behaviour.log_std - _LOG_SQRT_2PI
+        batch = (torch.from_numpy(x), torch.from_numpy(actions.astype(np.float32)))
+        return batch, logp_old, adv, got.scalars(env, episodes, len(actions))
+
+    def log_prob_entropy(self, net: TorchPriorityNet, batch: tuple[torch.Tensor, ...],
+                         idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, actions = batch
+        z = (actions[idx] - net(x[idx])) * torch.exp(-net.log_std)
+        logp = -0.5 * z * z - net.log_std - _LOG_SQRT_2PI
+        entropy = (0.5 + _LOG_SQRT_2PI + net.log_std).expand_as(logp)
         return logp, entropy

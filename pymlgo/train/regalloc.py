@@ -9,7 +9,9 @@ trained and validated on (a relative change of 0 has no meaning). The initial po
 stock rule rebuilt from the channel's features (`policy/regalloc.py`), so training learns
 where to deviate from it; clang sends no decision of its own, so there is no bc warm start.
 
-Priority (`regalloc-priority`) has built-in policies only: nothing to train yet.
+Priority (`regalloc-priority`) trains the same way, with the same measure, fitness and
+per-function ppo advantages (`heads.PriorityHead`: a Gaussian over the log2 priority); its
+initial policy is the stock rule's coarse order (`policy/priority.py`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pymlgo.policy import priority
 from pymlgo.policy.regalloc import EvictionPolicy, init_network
 from pymlgo.policy.store import PolicyLoadError, load_policy
-from pymlgo.problems.base import CompileJob, ModuleResult, Problem
+from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Problem
 from pymlgo.problems.regalloc.compile import COST_KEY
 from pymlgo.problems.regalloc.problem import RegallocProblem
 from pymlgo.problems.regalloc.reward import log_ratio
@@ -35,7 +38,8 @@ if TYPE_CHECKING:
     from pymlgo.toolchain.compiler import Compiler
     from pymlgo.workers.protocol import Executor, WorkSpec
 
-DEFAULT_HIDDEN = (16,)  # per column: the network runs once per candidate of every decision
+# eviction: per column, the network runs once per candidate of every decision
+DEFAULT_HIDDEN = {"evict": (16,), "priority": priority.DEFAULT_HIDDEN}
 
 
 class CostScoring:
@@ -72,19 +76,16 @@ class RegallocTraining:
     bc_warmstart = False
     scoring = CostScoring()
     keep_baseline_results = True  # ppo's per-function rewards need the stock costs
-    default_hidden = DEFAULT_HIDDEN
+    algorithms: tuple[str, ...] = ("es", "ppo")
 
     def __init__(self, problem: RegallocProblem) -> None:
         self.problem = problem
-        # a learned policy exists for the eviction advisor only
-        self.algorithms: tuple[str, ...] = ("es", "ppo") if problem.advisor == "evict" else ()
+        self.default_hidden = DEFAULT_HIDDEN[problem.advisor]
 
     def check(self, config: TrainConfig) -> None:
         name = self.problem.name
         if config.algo not in self.algorithms:
-            trains = ("algo = " + " or ".join(repr(a) for a in self.algorithms)
-                      if self.algorithms else
-                      "nothing yet (it has built-in policies only; see `mlgo eval --help`)")
+            trains = "algo = " + " or ".join(repr(a) for a in self.algorithms)
             raise ConfigError(f"problem {name!r} trains with {trains}, not algo = "
                               f"{config.algo!r}")
         if config.warmstart == "bc":
@@ -108,7 +109,8 @@ class RegallocTraining:
             policy = load_policy(spec, problem=self.problem)
         except PolicyLoadError as exc:
             raise SourceError(f"warm start: {exc}") from exc
-        if not isinstance(policy, EvictionPolicy):
+        # load_policy refuses a policy of the other advisor; a built-in has no network
+        if not isinstance(policy, (EvictionPolicy, priority.PriorityPolicy)):
             raise SourceError(f"warm start {spec!r} is not a saved {self.problem.name} policy "
                               f"(give the directory of one, e.g. OTHER_RUN/best)")
         if config.policy.hidden is not None and tuple(config.policy.hidden) != policy.hidden:
@@ -120,8 +122,13 @@ class RegallocTraining:
     def setup(self, config: TrainConfig, split: Split, baselines: Mapping[str, float],
               jobs: Mapping[str, CompileJob], executor: Executor, spec: WorkSpec,
               sources: Sources, say: Callable[[str], None]) -> PolicySetup:
+        initial: Policy
         if sources.warm is not None:
             initial = sources.warm
+        elif self.problem.advisor == "priority":
+            rng = np.random.default_rng([config.seed, STREAM_INIT])
+            initial = priority.PriorityPolicy(priority.init_network(rng, config.hidden),
+                                              name=f"mlgo-{config.algo}")
         else:
             rng = np.random.default_rng([config.seed, STREAM_INIT])
             initial = EvictionPolicy(init_network(rng, config.hidden),
@@ -132,9 +139,9 @@ class RegallocTraining:
         return PolicySetup(spilling, None, None, initial, {})
 
     def ppo_head(self) -> PPOHead:
-        from pymlgo.train.heads import EvictionHead
+        from pymlgo.train.heads import EvictionHead, PriorityHead
 
-        return EvictionHead()
+        return PriorityHead() if self.problem.advisor == "priority" else EvictionHead()
 
 
 def training(problem: Problem) -> RegallocTraining:

@@ -29,8 +29,8 @@ from pymlgo.evaluate.trace import (
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.store import PolicyLoadError, load_policy
 from pymlgo.policy.vocab import Vocab, load_vocab
+from pymlgo.problems import registry
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
-from pymlgo.problems.inlining.problem import INLINING
 from pymlgo.train.config import TrainConfig
 from pymlgo.train.env import Episode
 
@@ -156,7 +156,12 @@ def _traces(config: TrainConfig, corpus: Corpus, compiler_version: str) -> Trace
         raise SourceError(f"{directory}: unreadable trace ({exc})") from exc
     if not isinstance(info, dict) or info.get("format") != TRACE_FORMAT:
         raise SourceError(f"{directory / TRACE_FILE}: not a {TRACE_FORMAT} file")
-    if info.get("problem") != INLINING.name or info.get("policy") != HEURISTIC_POLICY:
+    problem = registry.problem(config.problem)
+    if info.get("problem") != problem.name:
+        raise SourceError(
+            f"{directory} is a trace of problem {info.get('problem')!r}, not of "
+            f"{problem.name!r}, which this run trains")
+    if info.get("policy") != HEURISTIC_POLICY:
         raise SourceError(
             f"{directory} is a trace of policy {info.get('policy')!r}; behaviour cloning "
             f"learns clang's own decisions: trace with `mlgo trace --policy default`")

@@ -52,6 +52,7 @@ class InliningProblem:
     counters: tuple[str, ...] = (SIZE_STOP_KEY,)  # call sites refused past the size stop
     policy_codec: str = "pymlgo.policy.store"
     training: str = "pymlgo.train.inlining"
+    traces: bool = True
 
     def compile(self, compiler: Compiler, job: CompileJob, policy: Policy | None,
                 settings: CompileSettings) -> ModuleResult:

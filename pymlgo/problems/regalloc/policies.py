@@ -4,12 +4,14 @@ Eviction: `default` (the stock advisor, no channel), `random[:SEED]` (uniform ov
 valid columns), `no-evict` (always "evict nothing" when allowed), `heuristic` (a
 channel-side imitation of the stock rule: evict the cheapest interference if it is
 cheaper than the candidate). Priority: `priority:default`, `priority:random[:SEED]`,
-`priority:size` (larger live ranges first). A learned eviction policy is a saved policy
-directory (`pymlgo.policy.regalloc`).
+`priority:size` (larger live ranges first), `priority:stage-size` (the stock rule's
+coarse order, from what the channel tells: split ranges last, larger ranges first). A
+learned policy of either advisor is a saved policy directory (`pymlgo.policy.regalloc`).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +26,14 @@ HEURISTIC_FEATURES = (MASK_FEATURE, "nr_broken_hints", "use_def_density", "is_hi
                       "is_local", "max_stage", "weighed_reads_by_max", "weighed_writes_by_max",
                       "weighed_read_writes_by_max", "liverange_size")
 _RS_SPILL = 4  # LiveRangeStage: New, Assign, Split, Split2, Spill, Memory, Done
+RS_SPLIT = 2
+PRIORITY_FEATURES = ("li_size", "stage", "weight")  # everything LLVM 22's priority channel sends
+# Priorities are chosen on a log2 scale: LLVM casts the float32 to an unsigned, so [0, 32)
+# covers every useful value, and float32 keeps the same relative resolution across it (a
+# linear score near 2**31 would have steps of 256 and tie ranges the stock rule orders).
+LOG2_PRIORITY_MAX = 31.99
+SPLIT_DEFERRAL = 16.0  # log2 steps every range not yet split gets over split ones
+SIZE_SLOPE = 0.5  # log2 priority per doubling of the live range: 32 bits hold sizes < 2**32
 
 
 def heuristic_weights(features: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -200,8 +210,38 @@ class SizePriorityPolicy:
         return decide
 
 
+def priority_from_log2(score: float) -> float:
+    """The priority for a log2-scale `score`, clamped to [1, 2**LOG2_PRIORITY_MAX] (a
+    float32 LLVM's cast keeps exactly; lower scores all mean "last")."""
+    return 2.0 ** min(max(float(score), 0.0), LOG2_PRIORITY_MAX)
+
+
+def stage_size_score(size: float, stage: int) -> float:
+    """log2 priority of the stock rule's coarse order: ranges split already (stage
+    RS_Split) after all others, larger ranges first within each group. The stock advisor
+    also orders by register class, globalness and hints, which the channel does not send."""
+    return SPLIT_DEFERRAL * (stage != RS_SPLIT) + SIZE_SLOPE * math.log2(1.0 + max(size, 0.0))
+
+
+@dataclass(frozen=True)
+class StageSizePriorityPolicy:
+    """`stage_size_score` as priorities: the rule a learned priority policy starts from."""
+
+    advisor: Advisor = "priority"
+    name: str = "priority:stage-size"
+    required_features: tuple[str, ...] = ("li_size", "stage")
+
+    def for_module(self, module: str) -> Decide:
+        def decide(features: Mapping[str, np.ndarray]) -> float:
+            return priority_from_log2(stage_size_score(
+                float(features["li_size"].reshape(-1)[0]),
+                int(features["stage"].reshape(-1)[0])))
+
+        return decide
+
+
 BUILTIN_NAMES = ("default", "random[:SEED]", "no-evict", "heuristic", "priority:default",
-                 "priority:random[:SEED]", "priority:size")
+                 "priority:random[:SEED]", "priority:size", "priority:stage-size")
 
 
 def builtin_policy(spec: str, *, seed: int = 0) -> Policy:
@@ -218,6 +258,8 @@ def builtin_policy(spec: str, *, seed: int = 0) -> Policy:
             return HeuristicEvictionPolicy()
         if spec == "priority:size":
             return SizePriorityPolicy()
+        if spec == "priority:stage-size":
+            return StageSizePriorityPolicy()
         if parts[0] == "random" and len(parts) <= 2:
             return RandomEvictionPolicy(int(parts[1]) if len(parts) == 2 else seed)
         if parts[:2] == ["priority", "random"] and len(parts) <= 3:

@@ -43,6 +43,7 @@ class RegallocProblem:
     counters: tuple[str, ...] = (CORRECTED_KEY,)
     policy_codec: str = "pymlgo.policy.regalloc"
     training: str = "pymlgo.train.regalloc"
+    traces: bool = False  # `mlgo trace` writes the inliner's log format only, so far
 
     def compile(self, compiler: Compiler, job: CompileJob, policy: Policy | None,
                 settings: CompileSettings) -> ModuleResult:
