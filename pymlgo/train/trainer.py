@@ -17,7 +17,9 @@ Output directory layout:
   and the algorithm's own (`bc/...`, `ppo/...`, `es/...`, `dqn/...`); iteration 0 holds
   the starting policy's validation size and the bc warm start's scalars;
 - `ir2native-model.json` — with `partial_rewards = "ir2native"` and no model given: the
-  IR2Native model fitted on the training split's modules (reused on resume).
+  IR2Native model fitted on the training split's modules (reused on resume);
+- `ir2vec.json` — with `policy.ir2vec_vocab` (or a warm start that reads embeddings): the
+  run's copy of the IR2Vec vocabulary every compile of the run passes to clang.
 
 An output directory that holds a checkpoint is resumed: the run continues at the next
 iteration with the saved state, and ends with the bytes an uninterrupted run would give.
@@ -50,10 +52,10 @@ from pymlgo.ir2native.model import IR2NativeModel
 from pymlgo.ir2vec.vocab_file import EMBEDDING_FEATURES
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.mlp import init_mlp
-from pymlgo.policy.store import save_policy
-from pymlgo.policy.vocab import build_vocab
+from pymlgo.policy.store import IR2VEC_FILE, save_policy
+from pymlgo.policy.vocab import EmbeddingInput, Vocab, build_vocab, fit_embedding
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, HeuristicPolicy
-from pymlgo.problems.inlining.problem import INLINING, InliningOptions
+from pymlgo.problems.inlining.problem import INLINING, InliningOptions, ir2vec_vocab_of
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 from pymlgo.train.config import LEGACY_SIZE_METRIC, TrainConfig
 from pymlgo.train.env import Demonstrations, Episode, RunStats, TrainEnv, inputs, size_change
@@ -268,12 +270,13 @@ def make_split(config: TrainConfig, corpus: Corpus) -> Split:
                            heldout=s.heldout)
 
 
-def _demonstrations(episodes: list[Episode], features: tuple[str, ...]) -> Demonstrations:
-    """Inputs and clang's decision (the label) of every recorded call site."""
+def _demonstrations(episodes: list[Episode], vocab: Vocab) -> Demonstrations:
+    """Raw inputs (embeddings included) and clang's decision (the label) of every recorded
+    call site."""
     ok = [e for e in episodes if e.ok and e.actions is not None and len(e.actions)]
     if not ok:
-        return Demonstrations(np.zeros((0, len(features))), np.zeros(0, dtype=np.float32))
-    x = np.concatenate([inputs(features, e) for e in ok])
+        return Demonstrations(np.zeros((0, vocab.raw_width)), np.zeros(0, dtype=np.float32))
+    x = np.concatenate([inputs(vocab.raw_features, e) for e in ok])
     y = np.concatenate([inputs((DEFAULT_FEATURE,), e)[:, 0] for e in ok])
     return Demonstrations(x=x, y=(y != 0).astype(np.float32))
 
@@ -285,6 +288,25 @@ def _input_features(config: TrainConfig, episodes: list[Episode]) -> tuple[str, 
     # (float[dim], from traces made with --ir2vec) are not quantile inputs
     return tuple(n for n in _compiler_features(episodes)
                  if n != DEFAULT_FEATURE and n not in EMBEDDING_FEATURES)
+
+
+def _fit_embeddings(episodes: list[Episode], sent: tuple[str, ...]
+                    ) -> tuple[EmbeddingInput, ...]:
+    """The z-score normalization of clang's IR2Vec embeddings over the training decisions."""
+    missing = [n for n in EMBEDDING_FEATURES if n not in sent]
+    if missing:
+        raise TrainError(f"clang sent no {', '.join(missing)}: the compiles did not get the "
+                         f"IR2Vec vocabulary")
+    return tuple(fit_embedding(name, np.concatenate(
+        [np.asarray(e.features[name]).reshape(len(e.actions), -1) for e in episodes
+         if e.ok and e.features and e.actions is not None and len(e.actions)]))
+        for name in EMBEDDING_FEATURES)
+
+
+def _carrying(policy: InliningPolicy, ir2vec: Path | None) -> InliningPolicy:
+    """`policy` compiling with the run's own copy of its IR2Vec vocabulary (same bytes:
+    the run directory keeps one, so a moved or deleted original does not matter)."""
+    return policy if ir2vec is None else replace(policy, ir2vec_vocab=ir2vec)
 
 
 def _compiler_features(episodes: list[Episode]) -> tuple[str, ...]:
@@ -328,10 +350,10 @@ def prepare(
         val_eps = [e for e in episodes if e.module in set(split.validation)]
         compiler_features = _compiler_features(train_eps)
 
+        ir2vec = ir2vec_vocab_of(spec.options)
         if sources.warm is not None:
             check_features(sources, config, compiler_features, None)
-            initial = sources.warm
-            features = initial.vocab.features
+            initial = _carrying(sources.warm, ir2vec)
         else:
             vocab = sources.vocab
             if vocab is None:
@@ -344,15 +366,19 @@ def prepare(
             elif config.out_of_range == "log":  # `mlgo vocab` writes "clip" vocabs
                 vocab = replace(vocab, tail=config.out_of_range)
             check_features(sources, config, compiler_features, vocab)
-            features = vocab.features
+            if ir2vec is not None and not vocab.embeddings:
+                vocab = replace(vocab, embeddings=_fit_embeddings(train_eps, compiler_features))
+            elif vocab.embeddings and ir2vec is None:
+                raise TrainError(f"{config.vocab} normalizes IR2Vec embeddings: set "
+                                 f"policy.ir2vec_vocab to the vocabulary they come from")
             rng = np.random.default_rng([config.seed, _STREAM_INIT])
             params = init_mlp(vocab.input_dim, config.hidden, rng)
             initial = InliningPolicy(vocab=vocab, params=params, hidden=config.hidden,
-                                     name=f"mlgo-{config.algo}")
+                                     name=f"mlgo-{config.algo}", ir2vec_vocab=ir2vec)
     except SourceError as exc:
         raise TrainError(str(exc)) from exc
-    demos_train = _demonstrations(train_eps, features)
-    demos_val = _demonstrations(val_eps, features) if val_eps else None
+    demos_train = _demonstrations(train_eps, initial.vocab)
+    demos_val = _demonstrations(val_eps, initial.vocab) if val_eps else None
     warm_scalars: dict[str, float] = {}
     if config.warmstart == "bc" and config.algo != "bc":
         from pymlgo.train.bc import BehaviourCloning
@@ -458,7 +484,8 @@ def partial_reward_shaper(env: TrainEnv, model: IR2NativeModel,
                           say: Callable[[str], None]) -> IR2NativeShaper:
     """Switch `env` to compiles that report per-function estimates and decision callers;
     the shaper holds the -Oz estimates of every training module."""
-    env.spec = replace(env.spec, options=InliningOptions(estimator=model))
+    env.spec = replace(env.spec, options=InliningOptions(
+        estimator=model, ir2vec_vocab=ir2vec_vocab_of(env.spec.options)))
     names = list(env.names)
     say(f"IR2Native estimates of -Oz on {len(names)} training modules")
     spec = replace(env.spec, policy=None, record=False)
@@ -554,11 +581,18 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
 
         make_deterministic(config.seed)
 
+    ir2vec = _run_ir2vec(out, sources)
     spec = WorkSpec(problem=INLINING, clang=None if compiler.bundled else str(compiler.path),
                     timeout=options.timeout, edits=config.compile.flag_edits(),
-                    size_metric=config.size_metric)
+                    size_metric=config.size_metric,
+                    options=None if ir2vec is None else InliningOptions(ir2vec_vocab=ir2vec))
     with _executor_for(options, executor) as ex:
         setup: Setup | None = _load_pickle(out / SETUP_FILE)
+        if setup is not None:  # the run directory may have moved since
+            if setup.initial.vocab.embeddings and ir2vec is None:
+                raise TrainError(f"{out} reads IR2Vec embeddings but its {IR2VEC_FILE} is "
+                                 f"gone; use a new --output_dir")
+            setup = replace(setup, initial=_carrying(setup.initial, ir2vec))
         if setup is not None:
             _check_size_metric(out, setup.identity, config)
         if setup is not None and setup.identity != config.setup_identity():
@@ -580,6 +614,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
             algo.load_state_dict(checkpoint["algo"])
             iteration, elapsed = checkpoint["iteration"], checkpoint["elapsed"]
             best_it, best_change, best_policy = checkpoint["best"]
+            best_policy = _carrying(best_policy, ir2vec)
             # provenance as this run's: a budget raised on resume must not leave the old
             # one in best/ (an uninterrupted run with this budget would not have it)
             best_policy = _stamp(best_policy, config, best_it)
@@ -665,6 +700,22 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
         f"validation {best_change:+.2%} vs -Oz ({out / BEST_DIR})")
     return TrainResult(out, setup.split, iteration, best_it, best_change, last_change,
                        total / 60.0, resumed_from)
+
+
+def _run_ir2vec(out: Path, sources: Sources | None) -> Path | None:
+    """The run's own copy of its IR2Vec vocabulary (OUTPUT_DIR/ir2vec.json), made when the
+    run is set up; None for a run without embeddings. Its sha256 is in the run's identity
+    (config.policy.ir2vec_vocab), so a resume with another file is refused before this."""
+    path = (out / IR2VEC_FILE).absolute()
+    if sources is not None:  # a new setup: the configured file, or none
+        if sources.ir2vec is None:
+            path.unlink(missing_ok=True)  # left by an earlier attempt at another config
+            return None
+        data = sources.ir2vec.read_bytes()
+        if not path.is_file() or path.read_bytes() != data:
+            _write_atomic(path, data)
+        return path
+    return path if path.is_file() else None
 
 
 def _progress_bar(enabled: bool, total: int | None, start: int) -> Any:
