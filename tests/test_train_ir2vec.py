@@ -186,6 +186,9 @@ def test_exported_models_take_the_embeddings_and_decide_as_the_policy(run, compi
     export.export_policy(policy, "tflite", tmp_path / "tflite")
     assert export.saved_model_decisions(tmp_path / "sm", cols).tolist() == native.tolist()
     assert export.tflite_decisions(tmp_path / "tflite", cols).tolist() == native.tolist()
+    for fmt in ("sm", "tflite"):  # the vocabulary the inputs need travels with the model
+        exported = tmp_path / fmt / export.IR2VEC_EXPORT_FILE
+        assert exported.read_bytes() == policy.ir2vec_vocab.read_bytes()
 
     tf = export.import_tensorflow()
     interpreter = export._tflite_interpreter(

@@ -7,7 +7,9 @@
   `reward` and `discount` float32, all [1]); the output is `inlining_decision` int64 [1].
   The release runner looks them up as `feed_<name>` / `fetch_inlining_decision`. A policy
   that reads IR2Vec embeddings also takes `callee_embedding` and `caller_embedding`
-  (float32 [dim]) after the features, as clang sends them.
+  (float32 [dim]) after the features, as clang sends them; its IR2Vec vocabulary is
+  exported beside the model as `ir2vec.json` (clang must run with it: both
+  `-ml-inliner-ir2vec-vocab-file` and `-ir2vec-vocab-path`).
 - `tflite`: `model.tflite` plus `output_spec.json`, what development mode loads with
   `-ml-inliner-model-under-training=DIR`. LLVM binds the interpreter's tensors by name:
   inputs `action_<feature>:0` (the converter names them signature key + `_` + input name),
@@ -56,6 +58,7 @@ FEATURE_SPEC_TYPE = "int64_t"
 EMBEDDING_SPEC_TYPE = "float"
 TFLITE_FILE, OUTPUT_SPEC_FILE = "model.tflite", "output_spec.json"
 PYMLGO_POLICY_FILE = "pymlgo_policy.json"  # provenance: which policy this model came from
+IR2VEC_EXPORT_FILE = "ir2vec.json"  # a model reading embeddings: the vocabulary they need
 _LARGEST_INT64_FLOAT = float(np.nextafter(2.0**63, 0.0))  # 2**63 - 1024
 
 
@@ -211,6 +214,10 @@ def export_policy(
         else:
             _write_tflite(tf, mlp, staging)
         (staging / PYMLGO_POLICY_FILE).write_bytes(_provenance(mlp, fmt))
+        if mlp.vocab.embeddings:
+            # the model's embedding inputs exist only when clang runs with this very file
+            # (both IR2Vec flags, `pymlgo.ir2vec.vocab_file.clang_flags`)
+            shutil.copyfile(mlp.ir2vec_vocab, staging / IR2VEC_EXPORT_FILE)
         for path in staging.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)  # mkdtemp makes 0700
         if output_dir.exists():
