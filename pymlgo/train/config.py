@@ -420,6 +420,8 @@ def to_dict(cfg: Any) -> dict[str, Any]:
         for key, default in _SPLIT_OMITTED_AT_DEFAULT.items():
             if d["split"].get(key) == default:
                 del d["split"][key]
+        if d["policy"].get("ir2vec_vocab") is None:  # added later, as above
+            del d["policy"]["ir2vec_vocab"]
     return d
 
 
