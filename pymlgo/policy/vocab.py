@@ -226,12 +226,13 @@ class Vocab:
         if len(rows) > 1:
             raise ValueError("features have different numbers of rows")
         n = rows.pop() if rows else 0
-        cols = [np.asarray(features[f]).reshape(n, -1) for f in self.raw_features]
-        x = np.concatenate(cols, axis=1) if cols else np.zeros((0, 0))
-        if cols and x.shape[1] != self.raw_width:
-            raise ValueError(f"features give {x.shape[1]} values per row, the vocab reads "
-                             f"{self.raw_width}")
-        return x
+        widths = [1] * len(self.features) + [e.dim for e in self.embeddings]
+        try:
+            cols = [np.asarray(features[f]).reshape(n, w)
+                    for f, w in zip(self.raw_features, widths, strict=True)]
+        except ValueError as exc:
+            raise ValueError(f"features do not have the vocab's widths: {exc}") from exc
+        return np.concatenate(cols, axis=1) if cols else np.zeros((0, 0))
 
     def normalize(self, x: np.ndarray) -> np.ndarray:
         """(n, raw_width) raw values -> (n, input_dim) float32 network inputs."""
