@@ -11,9 +11,12 @@ clang sends flow through training, inference and export unchanged.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -217,11 +220,79 @@ def test_mlgo_cc_answers_clang_with_the_policy_and_its_vocabulary(run, tmp_path,
         res = mlgo_cc("--mlgo-policy", str(out / "best"), "-Oz", "-c", "table.c", "-o",
                       "t.o", cwd=tmp_path, log=log)
     finally:
-        import os
-        import signal
-
         for pid in processes_mentioning(runtime):
             os.kill(pid, signal.SIGKILL)
     assert res.returncode == 0, res.stderr
     (rec,) = log_records(log)
     assert rec["decisions"] > 0 and (tmp_path / "t.o").stat().st_size > 0
+
+
+def embedding_probe(policy_dir: Path, name: str, out: Path) -> Path:
+    """A policy that inlines a call site exactly when the first dimension of its embedding
+    `name` (callee_embedding or caller_embedding) is not zero: |x| = relu(x) + relu(-x), a
+    logit of |x| - 1e-6. Were clang to send zeros, or no embeddings, it would inline nothing."""
+    from pymlgo.policy.inlining import InliningPolicy
+    from pymlgo.policy.mlp import MLPParams
+    from pymlgo.policy.store import save_policy
+    from pymlgo.policy.vocab import EmbeddingInput
+
+    trained = load_policy_dir(policy_dir)
+    vocab = replace(trained.vocab, embeddings=tuple(
+        EmbeddingInput(e.name, np.zeros(e.dim), np.ones(e.dim))  # the raw values, clipped
+        for e in trained.vocab.embeddings))
+    first = np.zeros((vocab.input_dim, 2), dtype=np.float32)
+    at = vocab.input_dim - sum(e.dim for e in vocab.embeddings)  # embeddings come last
+    for e in vocab.embeddings:
+        if e.name == name:
+            first[at] = (1.0, -1.0)
+        at += e.dim
+    assert np.abs(first).sum() == 2
+    params = MLPParams((first, np.ones((2, 1))), (np.zeros(2), np.array([-1e-6])))
+    save_policy(InliningPolicy(vocab=vocab, params=params, hidden=(2,), name=f"probe-{name}",
+                               ir2vec_vocab=trained.ir2vec_vocab), out)
+    return out
+
+
+def test_the_native_launcher_gives_clang_the_policys_own_vocabulary(run, tmp_path,
+                                                                     monkeypatch):
+    """`mlgo cc` through the native launcher (a running policy server answering) passes
+    clang both IR2Vec flags with the policy's ir2vec.json: the same object and decisions as
+    the Python path, and every decision's callee and caller embeddings are non-zero."""
+    from pymlgo.deploy.launcher import launcher_path
+    from tests.test_cc import MINIC, log_records, mlgo_cc
+    from tests.workers_support import processes_mentioning
+
+    _, vocab, out = run
+    probes = [embedding_probe(out / "best", name, tmp_path / name)
+              for name in vocab_file.EMBEDDING_FEATURES]
+    assert all((p / IR2VEC_FILE).read_bytes() == vocab.read_bytes() for p in probes)
+    runtime = tmp_path / "runtime"  # policy servers started here die with the test
+    monkeypatch.setenv("MLGO_RUNTIME_DIR", str(runtime))
+    for var in ("MLGO_POLICY", "MLGO_GUARD", "MLGO_CLANG", "MLGO_CC_SERVER"):
+        monkeypatch.delenv(var, raising=False)
+    src = tmp_path / "src"
+    shutil.copytree(MINIC, src)
+    log = tmp_path / "log.jsonl"
+    launcher = launcher_path("cc")
+    try:
+        for policy in (out / "best", *probes):
+            # the Python path's compile starts the policy's server, the launcher's uses it
+            python = mlgo_cc("--mlgo-policy", str(policy), "-Oz", "-c", "table.c", "-o",
+                             "p.o", cwd=src, log=log)
+            assert python.returncode == 0, python.stderr
+            native = subprocess.run(
+                [str(launcher), "--mlgo-policy", str(policy), "-Oz", "-c", "table.c", "-o",
+                 "l.o"], cwd=src, env={**os.environ, "MLGO_CC_LOG": str(log)},
+                capture_output=True, text=True, timeout=600, check=False)
+            assert native.returncode == 0, native.stderr
+            assert (src / "l.o").read_bytes() == (src / "p.o").read_bytes()
+    finally:
+        for pid in processes_mentioning(runtime):
+            os.kill(pid, signal.SIGKILL)
+    recs = log_records(log)
+    assert [r["served_by"] for r in recs] == ["server", "launcher"] * 3
+    for a, b in zip(recs[::2], recs[1::2], strict=True):  # the same decisions both ways
+        assert (a["sessions"], a["decisions"], a["inlined"]) == (
+            b["sessions"], b["decisions"], b["inlined"])
+    for probed in recs[3::2]:  # the launcher's compiles with the probes
+        assert probed["decisions"] > 0 and probed["inlined"] == probed["decisions"], probed
