@@ -296,3 +296,31 @@ def test_the_native_launcher_gives_clang_the_policys_own_vocabulary(run, tmp_pat
             b["sessions"], b["decisions"], b["inlined"])
     for probed in recs[3::2]:  # the launcher's compiles with the probes
         assert probed["decisions"] > 0 and probed["inlined"] == probed["decisions"], probed
+
+
+def test_a_thinlto_link_gives_the_backends_the_policys_own_vocabulary(run, tmp_path,
+                                                                       monkeypatch):
+    """`mlgo cc` on a ThinLTO link: lld's backends ask the policy with both IR2Vec flags, so
+    the probes see non-zero embeddings at every cross-module call site."""
+    from tests.test_cc import log_records, mlgo_cc
+    from tests.test_cc_lto import objects, run_program
+    from tests.workers_support import processes_mentioning
+
+    _, _, out = run
+    runtime = tmp_path / "runtime"
+    monkeypatch.setenv("MLGO_RUNTIME_DIR", str(runtime))
+    d = objects(tmp_path, "-flto=thin")
+    log = tmp_path / "log.jsonl"
+    try:
+        for name in vocab_file.EMBEDDING_FEATURES:
+            probe = embedding_probe(out / "best", name, tmp_path / name)
+            res = mlgo_cc("--mlgo-policy", str(probe), "-Oz", "-flto=thin", "main.o", "lib.o",
+                          "-o", name, cwd=d, log=log)
+            assert res.returncode == 0, res.stderr
+            run_program(d / name)
+    finally:
+        for pid in processes_mentioning(runtime):
+            os.kill(pid, signal.SIGKILL)
+    for rec in log_records(log):
+        assert rec["lto"]["served"] and rec["sessions"] == 2, rec
+        assert rec["decisions"] == rec["inlined"] == 2, rec
