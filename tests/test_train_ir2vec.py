@@ -158,6 +158,26 @@ def test_a_run_resumed_with_another_vocabulary_is_refused(run, tmp_path):
     assert {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()} == before
 
 
+def test_a_moved_run_resumes_with_its_own_copy_of_the_vocabulary(run, tmp_path):
+    # setup.pkl and checkpoint.pkl name the run's ir2vec.json where the run was made; a
+    # moved run compiles with the copy where it is now (the old place is gone meanwhile)
+    corpus, vocab, out = run
+    moved = tmp_path / "moved"
+    shutil.copytree(out, moved)
+    original = out / IR2VEC_FILE
+    kept = original.read_bytes()
+    original.unlink()
+    try:
+        done = mlgo(*train_args(corpus, out.parent / "bc.toml", moved, "--iterations", "3"))
+    finally:
+        original.write_bytes(kept)
+    assert done.returncode == 0, done.stderr
+    last = json.loads((moved / "scalars.jsonl").read_text().splitlines()[-1])
+    assert last["iteration"] == 3 and last["failures"] == 0 and last["compiles"] > 0
+    for saved in ("best", "final"):
+        assert (moved / saved / IR2VEC_FILE).read_bytes() == vocab.read_bytes()
+
+
 def test_a_trace_made_without_the_vocabulary_is_refused(run, tmp_path):
     corpus, vocab, _ = run
     traces = tmp_path / "traces"
