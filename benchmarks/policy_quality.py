@@ -194,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--search-budget", type=int, default=0,
                     help="with --folds: compiles per held-out module for the search limit "
                     "(pymlgo.evaluate.search from clang's decisions); 0: not searched")
+    ap.add_argument("--search-moves", choices=("single", "callee"), default="single",
+                    help="with --search-budget: the search's moves (`mlgo search --moves`)")
     ap.add_argument("--only-folds", default=None, metavar="I,J",
                     help="with --folds: run only these folds (0-based); the others are "
                     "taken from OUTPUT_DIR when an earlier run finished them with the same "
@@ -479,7 +481,8 @@ def search_sample(names: Sequence[str], n: int, seed: int, fold: int) -> list[st
 
 def search_limit(executor: Any, compiler: Compiler, jobs: Sequence[CompileJob],
                  budget: int, seed: int, spec: WorkSpec, start: Policy | None = None,
-                 output_dir: Path | None = None) -> dict[str, Any] | None:
+                 output_dir: Path | None = None, moves: str = "single"
+                 ) -> dict[str, Any] | None:
     """The saving `pymlgo.evaluate.search` finds on `jobs` from `start`'s decisions (clang's
     own by default): the best decision sequences per module in `budget` compiles each, an
     upper reference for what a policy could reach there. Resumable in `output_dir`. None if
@@ -492,7 +495,7 @@ def search_limit(executor: Any, compiler: Compiler, jobs: Sequence[CompileJob],
     if fn is None:
         return None
     report = fn(executor, compiler, list(jobs), start or HeuristicPolicy(), budget=budget,
-                seed=seed, spec=spec, output_dir=output_dir)
+                seed=seed, spec=spec, output_dir=output_dir, moves=moves)
     totals = dict(report.totals())
     totals["budget"] = budget
     totals["best"] = {m.module: m.best_bytes for m in report.ok_modules}
@@ -562,6 +565,8 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
     variants: Variants = args.variant_tables
     settings = {"algos": algos, "tails": tails, "search_budget": args.search_budget,
                 "search_modules": args.search_modules,
+                **({"search_moves": args.search_moves} if args.search_moves != "single"
+                   else {}),
                 "minutes": minutes, "seed": args.seed, "modules": len(corpus),
                 "validation_by": args.validation_by,
                 "variants": {a: variants[a.partition(":")[0]] for a in algos
@@ -654,7 +659,7 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
             sample = search_sample(held_names, args.search_modules, args.seed, k)
             limit = search_limit(executor, compiler, corpus_jobs(corpus, sample),
                                  args.search_budget, args.seed, spec, start,
-                                 fold_dir / "search")
+                                 fold_dir / "search", args.search_moves)
             if limit is not None:
                 limit["start"] = chosen or "default"
                 limit = best_known(limit, fold_reports.values())
@@ -708,7 +713,7 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
         "seed": args.seed,
         "minutes_per_algorithm_per_fold": minutes,
         "algorithms": algos, "tails": tails,
-        "search_budget": args.search_budget,
+        "search_budget": args.search_budget, "search_moves": args.search_moves,
         "corpora": list(corpora), "skipped_corpora": dict(skipped),
         "compiler": compiler.describe(), "modules": len(corpus),
         "fold_results": folds_out,

@@ -14,12 +14,14 @@ from pymlgo.protocol.log import (
     Context,
     Event,
     Header,
+    LogColumns,
     LogFormatError,
     LogReader,
     LogWriter,
     Observation,
     Outcome,
     read_events,
+    read_log_columns,
     read_records,
 )
 from pymlgo.protocol.tensor_spec import TensorSpec
@@ -432,3 +434,48 @@ def test_observation_lines_that_are_not_json_non_negative_integers_are_refused(
     buf.write(line + np.int64(5).tobytes() + b"\n")
     with pytest.raises(LogFormatError):
         list(read_events(io.BytesIO(buf.getvalue())))
+
+
+# --- the whole-log columnar reader -----------------------------------------------------------
+
+
+def test_the_columnar_reader_gathers_exactly_the_events_of_the_stream_reader() -> None:
+    data, _, expected = write_sample_log()
+    got = read_log_columns(data)
+    assert isinstance(got, LogColumns)
+    header = expected[0]
+    assert isinstance(header, Header) and got.header == header
+    observations = [e for e in expected if isinstance(e, Observation)]
+    assert len(got.contexts) == len(observations)
+    for i, spec in enumerate(header.features):
+        column = got.columns[spec.name]
+        assert column.dtype == spec.dtype and column.shape == (len(observations), *spec.shape)
+        for row, obs in zip(column, observations, strict=True):
+            assert np.array_equal(row, obs.tensors[i])
+    # each observation's context and outcome, as the event stream pairs them
+    context, want_contexts, want_scores = "", [], []
+    for e in expected[1:]:
+        if isinstance(e, Context):
+            context = e.name
+        elif isinstance(e, Observation):
+            want_contexts.append(context)
+            want_scores.append(np.nan)
+        elif isinstance(e, Outcome):
+            want_scores[-1] = float(e.tensor.reshape(-1)[0])
+    assert list(got.contexts) == want_contexts
+    assert got.scores is not None
+    assert np.array_equal(got.scores, np.asarray(want_scores), equal_nan=True)
+
+
+def test_the_columnar_reader_refuses_what_the_stream_reader_refuses() -> None:
+    data, boundaries, _ = write_sample_log()
+    assert read_log_columns(b"") is None
+    for cut in range(1, len(data) + 1):
+        if cut in boundaries:
+            assert read_log_columns(data[:cut]) is not None
+        else:
+            with pytest.raises(LogFormatError) as caught:
+                read_log_columns(data[:cut])
+            with pytest.raises(LogFormatError) as streamed:
+                events_of(data[:cut])
+            assert str(caught.value) == str(streamed.value)

@@ -15,12 +15,14 @@ from pymlgo.evaluate.search import (
     ReplayPolicy,
     SearchDirError,
     SearchReport,
+    _flipped,
     advice_bytes,
+    callee_groups,
     search,
 )
 from pymlgo.evaluate.trace import module_log_path, read_trace_log
 from pymlgo.policy.store import load_policy
-from pymlgo.problems.base import CompileJob, ModuleResult
+from pymlgo.problems.base import CompileJob, ModuleResult, Trajectory
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.workers import make_executor
 from pymlgo.workers.protocol import Executor, WorkSpec
@@ -236,3 +238,44 @@ def test_search_command(jobs: list[CompileJob], tmp_path: Path, capsys) -> None:
     args = parser.parse_args([*argv[:-2], "--output-dir", str(out), "--size-metric", "text"])
     assert args.func(args) == 2
     assert "cannot be compared" in capsys.readouterr().err
+
+
+def _callee_trajectory(signatures: list[tuple[int, int, int, int]]) -> Trajectory:
+    names = ("callee_basic_block_count", "callee_conditionally_executed_blocks", "num_loops",
+             "is_callee_avail_external")
+    n = len(signatures)
+    features = {name: np.array([[s[i]] for s in signatures], dtype=np.int64)
+                for i, name in enumerate(names)}
+    features["callee_users"] = np.arange(n, dtype=np.int64).reshape(n, 1)  # changes: ignored
+    return Trajectory(("f",) * n, features, np.zeros((n, 1), dtype=np.int64))
+
+
+def test_call_sites_of_one_callee_form_one_move_largest_group_first() -> None:
+    a, b, c = (3, 1, 0, 0), (1, 0, 0, 0), (5, 2, 1, 0)
+    traj = _callee_trajectory([a, b, a, c, b, a, (7, 0, 0, 1)])
+    # a callee with a single call site is no group; users (which drop) do not split one
+    assert callee_groups(traj) == [(0, 2, 5), (1, 4)]
+    # a group inlines all its call sites, or none of them if all inline already
+    assert _flipped(bytes([0, 1, 1, 0]), (0, 2, 3)) == bytes([1, 1, 1, 1])
+    assert _flipped(bytes([1, 0, 1, 1]), (0, 2, 3)) == bytes([0, 0, 0, 0])
+    assert _flipped(bytes([1, 0, 1]), (1,)) == bytes([1, 1, 1])  # one position flips
+
+
+def test_callee_moves_are_deterministic_never_worse_and_not_mixed_with_single_flips(
+    compiler: Compiler, jobs: list[CompileJob], tmp_path: Path
+) -> None:
+    reports = []
+    for workers in (1, 2):
+        with make_executor(None, workers) as executor:
+            reports.append(run_search(executor, compiler, jobs, tmp_path / f"w{workers}",
+                                      moves="callee"))
+    assert dir_bytes(tmp_path / "w1") == dir_bytes(tmp_path / "w2")
+    for m in reports[0].modules:
+        assert m.error is None and m.best_bytes is not None and m.start_bytes is not None
+        assert m.best_bytes <= m.start_bytes and m.compiles <= BUDGET
+    assert json.loads((tmp_path / "w1" / SUMMARY_FILE).read_text())["settings"]["moves"] == (
+        "callee")
+    with make_executor(None, 1) as executor, pytest.raises(SearchDirError, match="moves"):
+        run_search(executor, compiler, jobs, tmp_path / "w1")  # single flips: refused
+    with pytest.raises(ValueError, match="moves must be one of"):
+        run_search(CountingExecutor(), compiler, jobs, None, moves="pairs")

@@ -207,3 +207,20 @@ def test_the_ir2vec_flag_sets_the_policy_key_beside_the_tomls_own(tmp_path):
     path = write(tmp_path, 'algo = "bc"\n[policy]\nhidden = [8]\n')
     cfg = config_from_args(parse_train("--config", str(path), "--ir2vec", "v.json"))
     assert cfg.policy.ir2vec_vocab == "v.json" and cfg.policy.hidden == (8,)
+
+
+def test_reading_clangs_own_decision_is_one_policy_key_saved_only_when_set():
+    from pymlgo.train.config import ConfigError, make_config, to_dict
+
+    assert "reads_default" not in to_dict(make_config())["policy"]
+    assert to_dict(make_config(policy={"reads_default": True}))["policy"]["reads_default"]
+    with pytest.raises(ConfigError, match="list 'inlining_default' there"):
+        make_config(policy={"reads_default": True, "features": ["callee_users"]})
+
+
+def test_il_search_moves_are_saved_only_when_not_single_flips():
+    from pymlgo.train.config import make_config, to_dict
+
+    assert "il" not in to_dict(make_config(algo="il"))
+    assert "moves" not in to_dict(make_config(algo="il", il={"budget": 8}))["il"]
+    assert to_dict(make_config(algo="il", il={"moves": "callee"}))["il"]["moves"] == "callee"

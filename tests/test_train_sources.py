@@ -216,3 +216,39 @@ def test_a_run_on_some_packages_of_the_traced_corpus_reads_them_from_its_trace(p
     sources = load_sources(config, fold, find_compiler(None).version)
     assert sources.traces is not None
     assert set(sources.traces.rows) == set(whole.names) > set(fold.names)
+
+
+def test_a_policy_that_reads_clangs_decision_is_trained_served_and_not_exported(
+    pipeline, tmp_path
+):
+    # [policy] reads_default: clang's own decision becomes an input, so behaviour cloning
+    # can answer exactly as clang does, and the compile path must send that decision
+    config = tmp_path / "bc.toml"
+    config.write_text(BC_CONFIG.replace("hidden = [8]", "hidden = [8]\nreads_default = true")
+                      .replace("validation = 0.34", "validation = 0.0")  # all three cloned
+                      .replace("batch_size = 32", "batch_size = 32\nlearning_rate = 0.03\n"
+                                                   "epochs_per_iteration = 300"))
+    with_default = tmp_path / "v"
+    assert mlgo("vocab", "--traces", str(pipeline.trace), "--output_dir", str(with_default),
+                "--include-default")[0] == 0
+    code, err = train(pipeline, tmp_path / "run", "--traces", str(pipeline.trace),
+                      "--vocab", str(with_default), config=config)
+    assert code == 0, err
+    final = tmp_path / "run" / "final"
+    saved = json.loads((final / "policy.json").read_text())
+    assert saved["features"][-1]["name"] == "inlining_default"
+    assert saved["hyperparameters"]["config"]["policy"]["reads_default"] is True
+    # without the key, the vocab that holds clang's decision is refused, as before
+    assert "extra: inlining_default" in refused(pipeline, tmp_path / "other", "--vocab",
+                                                str(with_default))
+    report = tmp_path / "eval.json"
+    code, err = mlgo("eval", "--corpus", str(pipeline.corpus), "--policy", str(final),
+                     "--json", str(report), "--workers", "2")
+    assert code == 0, err
+    totals = json.loads(report.read_text())
+    # it answers as clang on every call site it was cloned on: every object equals -Oz's
+    rows = totals["modules"]
+    assert rows and all(r["policy_bytes"] == r["baseline_bytes"] for r in rows)
+    code, err = mlgo("export", "--policy", str(final), "--format", "savedmodel",
+                     "--output_dir", str(tmp_path / "x"))
+    assert code != 0 and "mlgo cc" in err and not (tmp_path / "x").exists()

@@ -11,7 +11,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from pymlgo.cli import common
-from pymlgo.evaluate.search import DEFAULT_BATCH, SUMMARY_FILE, SearchReport, search
+from pymlgo.evaluate.search import DEFAULT_BATCH, MOVES, SUMMARY_FILE, SearchReport, search
 
 DEFAULT_BUDGET = 40
 DEFAULT_OUTPUT = Path("mlgo-search")
@@ -59,6 +59,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="flips per module compiled in one round, the best accepted; a larger "
                    f"batch keeps more workers busy, a smaller one adapts sooner "
                    f"(default: {DEFAULT_BATCH})")
+    p.add_argument("--moves", choices=MOVES, default="single",
+                   help="single: flip one decision at a time; callee: also set all call "
+                   "sites of one callee together (inline them all, which can delete the "
+                   "callee and its unwind entry; or none), alternating with single flips "
+                   "(default: single)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the flip order (policies without probabilities) and of "
                    "stochastic policies (default: 0)")
@@ -139,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
                             budget=args.budget, seed=args.seed, batch=args.batch,
                             spec=spec, output_dir=args.output_dir,
                             restart=args.restart, settings=settings,
-                            on_progress=on_progress)
+                            on_progress=on_progress, moves=args.moves)
     except FeatureMismatchError as exc:
         print(f"mlgo search: policy {policy.name!r} cannot run on {compiler.path}: {exc}",
               file=sys.stderr)

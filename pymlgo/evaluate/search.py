@@ -34,6 +34,18 @@ The search: greedy passes, a batch of flips per round, the best of the batch acc
     Why not flip several decisions at once: single flips are what the budget affords on
     modules with hundreds of decisions, and accepted flips already accumulate.
 
+Moves: single flips, or also whole callees (`moves="callee"`)
+    Single flips cannot find what needs several decisions at once: a static function called
+    from three places is deleted (its code and its unwind entry) only when all three calls
+    are inlined, and each alone makes the object larger. With `moves="callee"` the queue
+    also holds one move per callee that has two or more call sites in the best compile: set
+    every one of its decisions to inline (or, if all already inline, to not inline). The
+    protocol names no functions, so a callee is recognized by the features that describe
+    it and do not change while its callers are processed (its blocks, conditionally
+    executed blocks, loops, and whether it is available externally); two callees that look
+    the same form one group, and the compile decides whether that move is good. Group
+    moves and single flips alternate in the queue (groups with more call sites first).
+
 Budget and determinism
     `budget` counts every policy compile of a module, the starting one included (the -Oz
     baseline is cached and not counted). Candidates depend only on the module's own
@@ -59,6 +71,7 @@ import json
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -135,11 +148,40 @@ def advice_bytes(traj: Trajectory) -> bytes:
     return bytes(int(np.asarray(a).reshape(-1)[0] != 0) for a in traj.advice)
 
 
-def _flipped(advice: bytes, position: int) -> bytes:
-    """The candidate that flips one decision and keeps every other recorded answer."""
+Move = tuple[int, ...]  # decision positions: one to flip, or a callee's to set together
+MOVES = ("single", "callee")
+# The features that describe a callee and stay put while its callers are processed (its
+# users do not: they drop as its call sites are inlined).
+CALLEE_SIGNATURE = ("callee_basic_block_count", "callee_conditionally_executed_blocks",
+                    "num_loops", "is_callee_avail_external")
+
+
+def _flipped(advice: bytes, move: Move) -> bytes:
+    """The candidate that applies `move` and keeps every other recorded answer: a single
+    position flips; a group is set to inline, or to not inline if it all inlines already."""
     table = bytearray(advice)
-    table[position] ^= 1
+    if len(move) == 1:
+        table[move[0]] ^= 1
+    else:
+        target = 0 if all(table[p] for p in move) else 1
+        for p in move:
+            table[p] = target
     return bytes(table)
+
+
+def callee_groups(traj: Trajectory) -> list[Move]:
+    """Positions of the call sites of each (apparent) callee with two or more of them,
+    largest group first, then by first position."""
+    n = len(traj)
+    if not n or any(f not in traj.features for f in CALLEE_SIGNATURE):
+        return []
+    columns = [np.asarray(traj.features[f]).reshape(n, -1)[:, 0].tolist()
+               for f in CALLEE_SIGNATURE]
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, key in enumerate(zip(*columns, strict=True)):
+        groups.setdefault(key, []).append(i)
+    moves = [tuple(g) for g in groups.values() if len(g) >= 2]
+    return sorted(moves, key=lambda g: (-len(g), g[0]))
 
 
 # --- which decision to flip next -----------------------------------------------------------
@@ -195,16 +237,16 @@ class _Searcher:
     """The state of one module's search between rounds."""
 
     def __init__(self, job: CompileJob, policy: Policy, baseline: int, budget: int, seed: int,
-                 batch: int) -> None:
+                 batch: int, moves: str = "single") -> None:
         self.job, self.policy, self.baseline = job, policy, baseline
-        self.budget, self.seed, self.batch = budget, seed, batch
+        self.budget, self.seed, self.batch, self.moves = budget, seed, batch, moves
         self.used = 0
         self.accepted = 0
         self.start: ModuleResult | None = None
         self.best: ModuleResult | None = None
         self.advice = b""
-        self.queue: list[int] = []  # positions to flip next, in order
-        self.tried: set[int] = set()  # positions tried in this pass
+        self.queue: list[Move] = []  # moves to try next, in order
+        self.tried: set[Move] = set()  # moves tried in this pass
         self.accepted_in_pass = False
         self.passes = 0
         self.error: str | None = None
@@ -214,31 +256,31 @@ class _Searcher:
     def module(self) -> str:
         return self.job.module
 
-    def propose(self) -> list[tuple[int, bytes]]:
-        """This round's candidates as (position, table); position -1 is the start compile."""
+    def propose(self) -> list[tuple[Move, bytes]]:
+        """This round's candidates as (move, table); the empty move is the start compile."""
         if self.done:
             return []
         if self.best is None:
-            return [(-1, b"")]
+            return [((), b"")]
         room = min(self.batch, self.budget - self.used)
-        picked: list[int] = []
+        picked: list[Move] = []
         while len(picked) < room:
             if not self.queue:
                 # A new pass only starts with a fresh round: within one round it could
-                # pick a position this round already holds.
+                # pick a move this round already holds.
                 if picked or not self.accepted_in_pass:
                     break
                 self._new_pass()
                 continue
-            position = self.queue.pop(0)
-            if position < len(self.advice) and position not in self.tried:
-                picked.append(position)
+            move = self.queue.pop(0)
+            if max(move) < len(self.advice) and move not in self.tried:
+                picked.append(move)
         if not picked:  # budget spent, or no single flip improved the last pass
             self.done = True
         self.tried.update(picked)
         return [(p, _flipped(self.advice, p)) for p in picked]
 
-    def absorb(self, results: Sequence[tuple[int, ModuleResult]]) -> None:
+    def absorb(self, results: Sequence[tuple[Move, ModuleResult]]) -> None:
         """This round's results, in proposal order."""
         self.used += len(results)
         if self.best is None:
@@ -274,11 +316,16 @@ class _Searcher:
     def _order_seed(self) -> int:
         return module_seed(self.seed, f"{self.module}\0pass {self.passes}")
 
-    def _reorder(self, carried: list[int]) -> None:
+    def _reorder(self, carried: list[Move]) -> None:
         assert self.best is not None and self.best.trajectory is not None
-        order = flip_order(self.policy, self.best.trajectory, self._order_seed())
-        rest = [p for p in order if p not in self.tried and p not in carried]
-        self.queue = [p for p in carried if p < len(self.advice)] + rest
+        traj = self.best.trajectory
+        singles = [(p,) for p in flip_order(self.policy, traj, self._order_seed())]
+        order = singles
+        if self.moves == "callee":
+            groups = callee_groups(traj)
+            order = [m for pair in zip_longest(groups, singles) for m in pair if m is not None]
+        rest = [m for m in order if m not in self.tried and m not in carried]
+        self.queue = [m for m in carried if max(m) < len(self.advice)] + rest
 
     def _new_pass(self) -> None:
         self.passes += 1
@@ -357,6 +404,7 @@ def search(
     restart: bool = False,
     settings: Mapping[str, Any] | None = None,
     on_progress: Progress | None = None,
+    moves: str = "single",
 ) -> SearchReport:
     """Search every module of `jobs` from `policy`'s decisions (see the module docstring).
 
@@ -371,6 +419,8 @@ def search(
         raise ValueError(f"budget must be >= 1 compile per module, got {budget}")
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
+    if moves not in MOVES:
+        raise ValueError(f"moves must be one of {', '.join(MOVES)}, got {moves!r}")
     names = [job.module for job in jobs]
     if len(set(names)) != len(names):
         raise ValueError("duplicate module names in the job list")
@@ -381,6 +431,8 @@ def search(
         "policy": policy.name, "budget": budget, "seed": seed, "batch": batch,
         "size_metric": metric, "compiler": compiler.describe(),
         "edits": edits_json(base.edits), "problem": base.problem.name,
+        # only when not the default, so searches made before moves existed still resume
+        **({"moves": moves} if moves != "single" else {}),
     }  # fmt: skip
     store = _Store(Path(output_dir), recorded, restart) if output_dir is not None else None
     if store is not None:
@@ -421,7 +473,7 @@ def search(
             finish(ModuleSearch(job.module, None, None, None, 0, 0, error=f"baseline: {why}"),
                    budget)
         else:
-            searchers.append(_Searcher(job, policy, b.size, budget, seed, batch))
+            searchers.append(_Searcher(job, policy, b.size, budget, seed, batch, moves))
 
     round_no = 0
     while searchers:

@@ -35,7 +35,7 @@ from pymlgo.evaluate.baseline import BaselineCache, baseline_results
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Trajectory
 from pymlgo.problems.inlining.problem import INLINING
 from pymlgo.protocol.channel import REWARD_SPEC, ChannelSession, Decision, session_to_log
-from pymlgo.protocol.log import Context, Header, Observation, Outcome, read_events
+from pymlgo.protocol.log import Header, read_log_columns
 from pymlgo.protocol.tensor_spec import C_TYPES, TensorSpec
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
@@ -306,37 +306,19 @@ def read_sizes(directory: Path) -> dict[str, TraceRow]:
 def read_trace_log(path: Path) -> tuple[Header, Trajectory, float | None]:
     """One trace log: its header, its trajectory (decisions as `advice`, the other
     features in header order) and its reward (None if it has no outcome record)."""
-    header: Header | None = None
-    contexts: list[str] = []
-    tensors: list[tuple[np.ndarray, ...]] = []
-    reward: float | None = None
-    context = ""
-    with open(path, "rb") as f:
-        for event in read_events(f):
-            if isinstance(event, Header):
-                header = event
-            elif isinstance(event, Context):
-                context = event.name
-            elif isinstance(event, Observation):
-                contexts.append(context)
-                tensors.append(event.tensors)
-            elif isinstance(event, Outcome):
-                reward = float(event.tensor.reshape(-1)[0])
-    if header is None:
+    log = read_log_columns(Path(path).read_bytes())  # whole-file columns: traces are big
+    if log is None:
         raise ValueError(f"{path}: empty file, not a trace log")
-    names = [s.name for s in header.features]
+    names = [s.name for s in log.header.features]
     if ADVICE_SPEC.name not in names:
         raise ValueError(f"{path}: no {ADVICE_SPEC.name!r} feature: not a trace log")
-    columns = {
-        spec.name: (
-            np.stack([t[i] for t in tensors])
-            if tensors
-            else np.zeros((0, *spec.shape), dtype=spec.dtype)
-        )
-        for i, spec in enumerate(header.features)
-    }
+    columns = dict(log.columns)
     advice = columns.pop(ADVICE_SPEC.name)
-    return header, Trajectory(tuple(contexts), columns, advice), reward
+    reward: float | None = None
+    if log.scores is not None:
+        scored = log.scores[~np.isnan(log.scores)]
+        reward = float(scored[-1]) if len(scored) else None
+    return log.header, Trajectory(log.contexts, columns, advice), reward
 
 
 def load_traces(directory: Path) -> Iterator[tuple[str, Trajectory, float]]:

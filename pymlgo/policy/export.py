@@ -41,6 +41,7 @@ import numpy as np
 
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.vocab import EMBEDDING_CLIP
+from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
 from pymlgo.protocol.tensor_spec import TensorSpec
 
 FORMATS = ("savedmodel", "tflite")
@@ -208,6 +209,11 @@ def export_policy(
         raise ExportError(f"unknown export format {fmt!r} (known: {', '.join(FORMATS)})")
     mlp = _require_mlp(policy)
     check_finite(mlp)
+    if DEFAULT_FEATURE in mlp.vocab.features:
+        # clang's release mode feeds a compiled-in model its own features only
+        raise ExportError(f"this policy reads clang's own decision ({DEFAULT_FEATURE}), which "
+                          f"only the interactive channel sends: serve it with `mlgo cc "
+                          f"--mlgo-policy DIR` instead of compiling it into clang")
     if mlp.vocab.tail != "clip":
         # the graph only counts boundaries; a log tail would need ops it does not build
         raise ExportError(f"policies with a {mlp.vocab.tail!r} feature tail (normalization "

@@ -94,6 +94,11 @@ class PolicyConfig:
     quantiles: int | None = None  # None: DEFAULT_QUANTILES; must be unset with a vocab
     # None: every feature clang sends except its own decision (or the vocab's/warm start's)
     features: tuple[str, ...] | None = None
+    # The network also reads clang's own decision (`inlining_default`) as an input, so it
+    # learns where to depart from the heuristic instead of relearning the heuristic. Served
+    # through the channel only (`mlgo cc`, eval): clang's release mode has no such input, so
+    # such a policy cannot be exported to be compiled into clang.
+    reads_default: bool = False
     # an IR2Vec vocabulary file (`mlgo ir2vec vocab`): compiles pass it to clang, and the
     # network also reads `callee_embedding` and `caller_embedding` (float[dim], z-scored by
     # the training decisions' mean and deviation); saved with the policy. Its sha256, not
@@ -103,6 +108,9 @@ class PolicyConfig:
     def __post_init__(self) -> None:
         from pymlgo.ir2vec.vocab_file import EMBEDDING_FEATURES
 
+        if self.reads_default and self.features is not None:
+            raise ConfigError("policy.reads_default applies to the default feature list; with "
+                              "an explicit policy.features, list 'inlining_default' there")
         embedded = [f for f in self.features or () if f in EMBEDDING_FEATURES]
         if embedded:
             raise ConfigError(f"policy.features lists {', '.join(embedded)}: IR2Vec "
@@ -198,6 +206,7 @@ class ILConfig:
     budget: int = 16  # compiles per searched module per iteration (`mlgo search --budget`)
     modules_per_iteration: int = 0  # training modules searched per iteration; 0: all
     search_batch: int = 8  # flips per module compiled together in one search round
+    moves: Literal["single", "callee"] = "single"  # `mlgo search --moves`
     epochs_per_iteration: int = 4  # passes over the whole dataset after each search
     batch_size: int = 256
     learning_rate: float = 3e-3
@@ -410,7 +419,7 @@ def _policy_dict(policy: PolicyConfig) -> dict[str, Any]:
     another file is refused, the same file elsewhere is the same run), left out when unset
     (runs without embeddings keep the provenance they always had)."""
     d = to_dict(policy)
-    path = d.pop("ir2vec_vocab")
+    path = d.pop("ir2vec_vocab", None)  # left out by to_dict when unset
     if path is not None:
         from pymlgo.ir2vec.vocab_file import file_sha256
 
@@ -434,20 +443,25 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
     d = plain(dataclasses.asdict(cfg))
     if isinstance(cfg, TrainConfig):
+        d["policy"], d["il"] = to_dict(cfg.policy), to_dict(cfg.il)
         for key, default in _omitted_at_default().items():
             if d.get(key) == default:
                 del d[key]
         for key, default in _SPLIT_OMITTED_AT_DEFAULT.items():
             if d["split"].get(key) == default:
                 del d["split"][key]
-        if d["policy"].get("ir2vec_vocab") is None:  # added later, as above
-            del d["policy"]["ir2vec_vocab"]
+    for key, default in _TABLE_KEYS_OMITTED_AT_DEFAULT.get(type(cfg), {}).items():
+        if d.get(key) == default:
+            del d[key]
     return d
 
 
 # split keys added after policies were published, left out at their default (as above)
 _SPLIT_OMITTED_AT_DEFAULT: dict[str, Any] = {"heldout_packages": None,
                                              "validation_by": "module"}
+_TABLE_KEYS_OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
+    PolicyConfig: {"reads_default": False, "ir2vec_vocab": None},
+    ILConfig: {"moves": "single"}}
 
 
 def _omitted_at_default() -> dict[str, Any]:

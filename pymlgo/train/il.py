@@ -73,7 +73,7 @@ class ImitationLearning:
         report = search(
             env.executor, compiler_for(env.spec.clang), [env.jobs[m] for m in modules], start,
             budget=self.cfg.budget, seed=self.seed * 1_000_003 + iteration,
-            batch=self.cfg.search_batch, spec=env.spec)
+            batch=self.cfg.search_batch, spec=env.spec, moves=self.cfg.moves)
         totals = report.totals()
         env.stats.compiles += totals["compiles"]
         env.stats.failures += totals["failed"]

@@ -59,10 +59,17 @@ def _demonstrations(episodes: list[Episode], vocab: Vocab) -> Demonstrations:
 def _input_features(config: TrainConfig, episodes: list[Episode]) -> tuple[str, ...]:
     if config.policy.features is not None:
         return config.policy.features
-    # clang's own decision is the label, never an input (as in MLGO); IR2Vec embeddings
-    # (float[dim], from traces made with --ir2vec) are not quantile inputs
-    return tuple(n for n in _compiler_features(episodes)
-                 if n != DEFAULT_FEATURE and n not in EMBEDDING_FEATURES)
+    # clang's own decision is the label, not an input (as in MLGO), unless the policy is to
+    # learn departures from it; IR2Vec embeddings (float[dim], from traces made with
+    # --ir2vec) are not quantile inputs
+    sent = _compiler_features(episodes)
+    own = tuple(n for n in sent if n != DEFAULT_FEATURE and n not in EMBEDDING_FEATURES)
+    if config.policy.reads_default:
+        if DEFAULT_FEATURE not in sent:
+            raise TrainError(f"policy.reads_default: the decisions recorded have no "
+                             f"{DEFAULT_FEATURE} (a trace made without clang's decision?)")
+        return (*own, DEFAULT_FEATURE)
+    return own
 
 
 def _fit_embeddings(episodes: list[Episode], sent: tuple[str, ...]

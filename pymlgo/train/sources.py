@@ -148,6 +148,8 @@ def _warm_start(config: TrainConfig) -> InliningPolicy | None:
             and set(config.policy.features) != set(policy.vocab.features)):
         conflicts.append(f"features = {list(config.policy.features)} (it reads "
                          f"{list(policy.vocab.features)})")
+    if config.policy.reads_default and DEFAULT_FEATURE not in policy.vocab.features:
+        conflicts.append(f"reads_default = true (it does not read {DEFAULT_FEATURE})")
     if conflicts:
         raise SourceError(
             f"[policy] {'; '.join(conflicts)} conflicts with the warm-start policy {spec}: "
@@ -247,13 +249,15 @@ def check_features(sources: Sources, config: TrainConfig, compiler_features: Seq
     if unknown:
         raise SourceError(f"{config.vocab} has features this compiler does not send: "
                           f"{', '.join(unknown)} (a vocab from another LLVM?)")
-    needed = config.policy.features or tuple(
-        f for f in compiler_features if f != DEFAULT_FEATURE and f not in EMBEDDING_FEATURES)
+    needed = config.policy.features or (
+        *(f for f in compiler_features if f != DEFAULT_FEATURE and f not in EMBEDDING_FEATURES),
+        *((DEFAULT_FEATURE,) if config.policy.reads_default else ()))
     if set(vocab.features) != set(needed):
         raise SourceError(
             f"{config.vocab}: its features differ from those the policy reads "
-            f"({_difference(vocab.features, needed)}); make the vocab without "
-            f"--include-default, or set [policy] features to the vocab's")
+            f"({_difference(vocab.features, needed)}); make the vocab with "
+            f"--include-default exactly when policy.reads_default is set, or set [policy] "
+            f"features to the vocab's")
 
 
 def _difference(have: Sequence[str], want: Sequence[str]) -> str:
