@@ -265,7 +265,7 @@ def test_a_server_that_goes_away_mid_compile_has_the_compile_redone(launcher, en
         with conn:
             lines = cc_server._Lines(conn)
             assert lines.next(10) == {"flags": True}
-            conn.sendall(b'{"include_default": false}\n')
+            conn.sendall(b'{"include_default": false, "ir2vec_vocab": null}\n')
             taken.append(json.dumps(lines.next(10)).encode())
             conn.sendall(b'{"accepted": true}\n')
             listener.close()

@@ -239,20 +239,26 @@ def test_the_deploy_modules_import_each_other_in_one_direction_only():
     assert [m for m in imports if reaches(m, m, set())] == []
 
 
-def test_a_client_may_ask_whether_the_policy_reads_clangs_own_decision():
-    # The native launcher asks before it starts the compiler (it reads no policy files).
+def test_a_client_may_ask_what_the_policy_needs_of_clang():
+    # The native launcher asks before it starts the compiler (it reads no policy files):
+    # whether the policy reads clang's own decision, and the IR2Vec vocabulary it carries
+    # (test_train_ir2vec.py has the launcher compile with one).
+    from dataclasses import replace
+
     from pymlgo.policy.store import load_policy
     from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
 
     assert cc_server.DEFAULT_FEATURE == DEFAULT_FEATURE
-    for spec, reads in (("default", True), (POLICY, False)):
+    vocab = Path("/policies/p/ir2vec.json")
+    for policy, reads, ir2vec in (
+            (load_policy("default"), True, None), (load_policy(POLICY), False, None),
+            (replace(load_policy(POLICY), ir2vec_vocab=vocab), False, str(vocab))):
         server_end, client_end = socket.socketpair()
-        handler = threading.Thread(target=cc_server._handle,
-                                   args=(server_end, load_policy(spec), None))
+        handler = threading.Thread(target=cc_server._handle, args=(server_end, policy, None))
         handler.start()
         lines = cc_server._Lines(client_end)
         client_end.sendall(b'{"flags": true}\n')
-        assert lines.next(10) == {"include_default": reads}
+        assert lines.next(10) == {"include_default": reads, "ir2vec_vocab": ir2vec}
         client_end.close()  # no compile follows: the handler ends quietly
         handler.join(10)
         assert not handler.is_alive()

@@ -177,6 +177,38 @@ def test_held_out_packages_can_be_named_and_validation_drawn_as_whole_packages()
         make_config(algo="es", split={"heldout_packages": ["zlib"]})
 
 
+def test_an_ir2vec_vocabulary_counts_by_its_content_not_its_path(tmp_path):
+    from pymlgo.ir2vec.vocab_file import file_sha256
+
+    a = tmp_path / "a.json"
+    a.write_text('{"Opcodes": {}}')
+    b = tmp_path / "elsewhere.json"
+    b.write_bytes(a.read_bytes())
+    with_a = make_config(algo="es", policy={"ir2vec_vocab": str(a)})
+    with_b = make_config(algo="es", policy={"ir2vec_vocab": str(b)})
+    assert with_a.identity() == with_b.identity()
+    assert with_a.provenance()["policy"]["ir2vec_vocab"] == f"sha256:{file_sha256(a)}"
+    b.write_text("{}")
+    assert with_a.setup_identity() != with_b.setup_identity()
+    # a run without one keeps the provenance it always had
+    assert "ir2vec_vocab" not in make_config(algo="es").provenance()["policy"]
+    with pytest.raises(ConfigError, match="cannot read"):
+        make_config(algo="es", policy={"ir2vec_vocab": str(tmp_path / "gone")}).identity()
+
+
+def test_embeddings_are_asked_for_with_ir2vec_vocab_not_as_features_or_with_a_warm_start():
+    with pytest.raises(ConfigError, match="policy.ir2vec_vocab"):
+        make_config(algo="es", policy={"features": ["cost_estimate", "callee_embedding"]})
+    with pytest.raises(ConfigError, match="brings its own IR2Vec"):
+        make_config(algo="es", warmstart="runs/x/best", policy={"ir2vec_vocab": "v.json"})
+
+
+def test_the_ir2vec_flag_sets_the_policy_key_beside_the_tomls_own(tmp_path):
+    path = write(tmp_path, 'algo = "bc"\n[policy]\nhidden = [8]\n')
+    cfg = config_from_args(parse_train("--config", str(path), "--ir2vec", "v.json"))
+    assert cfg.policy.ir2vec_vocab == "v.json" and cfg.policy.hidden == (8,)
+
+
 def test_reading_clangs_own_decision_is_one_policy_key_saved_only_when_set():
     from pymlgo.train.config import ConfigError, make_config, to_dict
 

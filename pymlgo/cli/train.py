@@ -64,6 +64,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="feature normalization of the new network from DIR/vocab.json, "
                    "written by `mlgo vocab` (default: quantiles of the training modules' "
                    "recorded features); its features must be the ones the policy reads")
+    p.add_argument("--ir2vec", default=None, metavar="FILE",
+                   help="IR2Vec vocabulary (`mlgo ir2vec vocab`; sets [policy] ir2vec_vocab): "
+                   "every compile passes it to clang, and the network also reads "
+                   "callee_embedding and caller_embedding (float[dim], z-scored per dimension "
+                   "by the training decisions' mean and deviation). The policy saves the file "
+                   "and always compiles with it; its sha256 is part of the run, so resuming "
+                   "with another file is refused")
     p.add_argument("--traces", default=None, metavar="DIR",
                    help="behaviour-clone clang's decisions from DIR, written by `mlgo trace "
                    "--policy default` on this corpus with the same compiler and flags, "
@@ -124,6 +131,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         data["vocab"] = args.vocab
     if args.traces is not None:
         data["traces"] = args.traces
+    if args.ir2vec is not None:
+        table = data.get("policy", {})
+        if not isinstance(table, dict):
+            raise cfg.ConfigError(f"{args.config}: policy must be a table")
+        data["policy"] = {**table, "ir2vec_vocab": args.ir2vec}
     if args.size_metric is not None:
         data["size_metric"] = args.size_metric
     if args.problem is not None:

@@ -452,7 +452,8 @@ def _run_lto_link(inv: Invocation, link: lto.LTOLink, driver: list[str],
         os.mkfifo(f"{base}.in", 0o600)
         os.mkfifo(f"{base}.out", 0o600)
         command = [*lld, *lto.channel_args(base, include_default=policy_reads_default(
-            inv.policy), size_increase_threshold=SIZE_INCREASE_THRESHOLD)]
+            inv.policy), size_increase_threshold=SIZE_INCREASE_THRESHOLD),
+                   *policy_ir2vec_args(inv.policy)]  # lld takes -mllvm as clang does
         stats, returncode = _run_served(inv, command, env, base, timeout, output)
         _log(inv, stats, returncode, time.monotonic() - started,
              lto={**record, "served": True, "thinlto_jobs": 1}, output=output)

@@ -14,8 +14,9 @@ reports the error as before.
 
 Wire: JSON lines on a Unix stream socket, one connection per compile.
   client -> server  {"flags": true}             (optional: the native launcher asks ...)
-  server -> client  {"include_default": bool}   (... whether the policy reads clang's own
-                                                 decision, before it starts the compiler)
+  server -> client  {"include_default": bool,   (... whether the policy reads clang's own
+                     "ir2vec_vocab": path|null}  decision, and the IR2Vec vocabulary it
+                                                 carries, before it starts the compiler)
   client -> server  {"base": FIFO base, "module": name, "pid": compiler pid, "timeout": s}
   server -> client  {"accepted": true}          (before it touches the FIFOs)
   client -> server  {"exited": true}            (once the compiler has exited)
@@ -272,7 +273,10 @@ def _handle(conn: socket.socket, policy: Any, serve: Callable[..., Any]) -> None
         req = lines.next(10.0)
         if req is not None and req.get("flags"):
             reads = DEFAULT_FEATURE in getattr(policy, "required_features", ())
-            _send(conn, {"include_default": reads})
+            # clang must embed with the policy's own copy (cc.policy_ir2vec_args' file)
+            ir2vec = getattr(policy, "ir2vec_vocab", None)
+            _send(conn, {"include_default": reads,
+                         "ir2vec_vocab": None if ir2vec is None else str(ir2vec)})
             req = lines.next(10.0)
         if req is None:
             return

@@ -5,8 +5,9 @@
  * pymlgo/deploy/cc.py's parse_args, whether the inliner's channel is needed (sources
  * compiled at -Oz/-Os). If not, it execs the compiler driver unchanged. If so, it finds the
  * running policy server of the policy (the socket name is cc_server.policy_key, computed the
- * same way), creates the two FIFOs, starts the compiler in a session of its own, has the
- * server answer on the FIFOs, and waits for the compiler. Whatever it cannot do itself (no
+ * same way), asks it what the policy needs of clang (clang's own decision, the IR2Vec
+ * vocabulary it carries), creates the two FIFOs, starts the compiler in a session of its
+ * own, has the server answer on the FIFOs, and waits for the compiler. Whatever it cannot do itself (no
  * server yet, the server goes away, --mlgo-guard, --clang, MLGO_CC_SERVER=0, --help, an
  * unusual argument) it hands, untouched, to the Python path (`python -m pymlgo.cli.main
  * cc ARGS`), which can start a server and says what is wrong. A killed compiler, or a
@@ -505,6 +506,24 @@ static int json_true(const char *line, const char *key) {
   return strstr(line, pat) != NULL;
 }
 
+/* `"key": "value"` in a line of json.dumps output: 1 with the value in `out`, 0 for
+   `"key": null`, -1 if the key is missing or the value is escaped (a path with a quote, a
+   backslash or a non-ASCII character: the Python path takes those) or too long. */
+static int json_path(const char *line, const char *key, char *out, size_t size) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\": ", key);
+  const char *v = strstr(line, pat);
+  if (!v) return -1;
+  v += strlen(pat);
+  if (!strncmp(v, "null", 4)) return 0;
+  if (*v++ != '"') return -1;
+  const char *end = strchr(v, '"');
+  if (!end || memchr(v, '\\', (size_t)(end - v)) || (size_t)(end - v) >= size) return -1;
+  memcpy(out, v, (size_t)(end - v));
+  out[end - v] = 0;
+  return 1;
+}
+
 /* ---- the compile ---------------------------------------------------------------------- */
 
 static char g_dir[PATH_MAX]; /* the FIFOs' directory, "" when there is none */
@@ -596,13 +615,16 @@ static int serve_by_server(const struct invocation *inv) {
   int sock = connect_server(inv->policy);
   if (sock < 0) return -1;
   struct lines l = {.fd = sock, .len = 0};
-  /* Whether the policy reads clang's own decision: the loaded policy says. */
+  /* Whether the policy reads clang's own decision, and the IR2Vec vocabulary it carries
+     (clang embeds with that very file, cc.policy_ir2vec_args): the loaded policy says. */
   if (send_all(sock, "{\"flags\": true}\n", 16) < 0 || next_line(&l, START_TIMEOUT_MS) != 1) {
     close(sock);
     return -1;
   }
   int include_default = json_true(l.buf, "include_default");
-  if (!strstr(l.buf, "\"include_default\"")) {
+  char ir2vec[PATH_MAX];
+  int has_ir2vec = json_path(l.buf, "ir2vec_vocab", ir2vec, sizeof ir2vec);
+  if (!strstr(l.buf, "\"include_default\"") || has_ir2vec < 0) {
     close(sock);
     return -1;
   }
@@ -623,7 +645,8 @@ static int serve_by_server(const struct invocation *inv) {
   char base[PATH_MAX + 32], channel[PATH_MAX + 64];
   snprintf(base, sizeof base, "%s/channel", g_dir);
   snprintf(channel, sizeof channel, "-inliner-interactive-channel-base=%s", base);
-  const char *extra[12];
+  char vocab_file[PATH_MAX + 64], vocab_path[PATH_MAX + 64];
+  const char *extra[16];
   int nextra = 0;
   if (!strcmp(inv->level, "-Oz")) {
     extra[nextra++] = "-Xclang";
@@ -639,6 +662,14 @@ static int serve_by_server(const struct invocation *inv) {
   }
   extra[nextra++] = "-mllvm";
   extra[nextra++] = "-ml-advisor-size-increase-threshold=10";
+  if (has_ir2vec) { /* both flags, or clang sends no embeddings (cc.policy_ir2vec_args) */
+    snprintf(vocab_file, sizeof vocab_file, "-ml-inliner-ir2vec-vocab-file=%s", ir2vec);
+    snprintf(vocab_path, sizeof vocab_path, "-ir2vec-vocab-path=%s", ir2vec);
+    extra[nextra++] = "-mllvm";
+    extra[nextra++] = vocab_file;
+    extra[nextra++] = "-mllvm";
+    extra[nextra++] = vocab_path;
+  }
   char **av = driver_argv(inv, extra, nextra);
 
   char req[3 * PATH_MAX + 256], jbase[PATH_MAX + 64], jmodule[PATH_MAX + 64];

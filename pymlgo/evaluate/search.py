@@ -122,6 +122,11 @@ class ReplayPolicy:
     def required_features(self) -> tuple[str, ...]:
         return self.start.required_features
 
+    @property
+    def ir2vec_vocab(self) -> Path | None:
+        """The start policy's IR2Vec vocabulary: the replayed compiles must embed as it did."""
+        return getattr(self.start, "ir2vec_vocab", None)
+
     def for_module(self, module: str) -> Decide:
         real_module, table = self.tables[module]
         fallback = self.start.for_module(real_module)  # seeded by the module's own name

@@ -5,7 +5,11 @@
   aot_compile_cpu --tag_set serve --signature_def_key action`). Inputs are named by feature
   (int64 [1] each) plus the time-step inputs a TF-Agents policy takes (`step_type` int32,
   `reward` and `discount` float32, all [1]); the output is `inlining_decision` int64 [1].
-  The release runner looks them up as `feed_<name>` / `fetch_inlining_decision`.
+  The release runner looks them up as `feed_<name>` / `fetch_inlining_decision`. A policy
+  that reads IR2Vec embeddings also takes `callee_embedding` and `caller_embedding`
+  (float32 [dim]) after the features, as clang sends them; its IR2Vec vocabulary is
+  exported beside the model as `ir2vec.json` (clang must run with it: both
+  `-ml-inliner-ir2vec-vocab-file` and `-ir2vec-vocab-path`).
 - `tflite`: `model.tflite` plus `output_spec.json`, what development mode loads with
   `-ml-inliner-model-under-training=DIR`. LLVM binds the interpreter's tensors by name:
   inputs `action_<feature>:0` (the converter names them signature key + `_` + input name),
@@ -16,7 +20,8 @@
 The graph computes exactly what `InliningPolicy` does: per feature the number of vocab
 boundaries `<= x` divided by their count (compared as integers: for an integer `x`,
 `b <= x` iff `ceil(b) <= x`, so no float rounding enters), squares if the vocab has them,
-the ReLU MLP in float32, and `inlining_decision = logit >= 0`.
+embeddings z-scored and clipped as `policy.vocab.EmbeddingInput` does (float32), the ReLU
+MLP in float32, and `inlining_decision = logit >= 0`.
 
 TensorFlow is an optional dependency: `pip install 'pymlgo[export]'`.
 """
@@ -35,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from pymlgo.policy.inlining import InliningPolicy
+from pymlgo.policy.vocab import EMBEDDING_CLIP
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
 from pymlgo.protocol.tensor_spec import TensorSpec
 
@@ -51,8 +57,10 @@ TIME_STEP_SPECS = (
     TensorSpec("step_type", "int32_t", (1,)),
 )
 FEATURE_SPEC_TYPE = "int64_t"
+EMBEDDING_SPEC_TYPE = "float"
 TFLITE_FILE, OUTPUT_SPEC_FILE = "model.tflite", "output_spec.json"
 PYMLGO_POLICY_FILE = "pymlgo_policy.json"  # provenance: which policy this model came from
+IR2VEC_EXPORT_FILE = "ir2vec.json"  # a model reading embeddings: the vocabulary they need
 _LARGEST_INT64_FLOAT = float(np.nextafter(2.0**63, 0.0))  # 2**63 - 1024
 
 
@@ -78,9 +86,12 @@ def feature_input_names(policy: InliningPolicy) -> tuple[str, ...]:
 
 
 def signature_input_specs(policy: InliningPolicy) -> tuple[TensorSpec, ...]:
-    """Every input of the `action` signature: the features, then the time-step inputs."""
+    """Every input of the `action` signature: the features, the IR2Vec embeddings (float32
+    [dim], named as clang sends them), then the time-step inputs."""
     feats = tuple(TensorSpec(n, FEATURE_SPEC_TYPE, (1,)) for n in feature_input_names(policy))
-    return feats + TIME_STEP_SPECS
+    embs = tuple(TensorSpec(e.name, EMBEDDING_SPEC_TYPE, (e.dim,))
+                 for e in policy.vocab.embeddings)
+    return feats + embs + TIME_STEP_SPECS
 
 
 def tflite_input_name(name: str) -> str:
@@ -110,6 +121,9 @@ def _policy_fn(
     ]
     with_square = policy.vocab.with_square
     n_inputs = len(names)
+    clip = tf.constant(EMBEDDING_CLIP, tf.float32)
+    embeddings = [(tf.constant(e.mean, tf.float32), tf.constant(e.scale, tf.float32), e.dim)
+                  for e in policy.vocab.embeddings]
 
     def action(*inputs: Any) -> dict[str, Any]:
         values = []
@@ -120,7 +134,13 @@ def _policy_fn(
             hits = tf.cast(tf.less_equal(thresholds, tf.reshape(x, [1])), tf.float32)
             values.append(tf.reduce_sum(hits) / tf.constant(k, tf.float32))
         v = tf.reshape(tf.stack(values), [1, n_inputs])
-        h = tf.concat([v, v * v], axis=1) if with_square else v
+        parts = [v, v * v] if with_square else [v]
+        # the float32 arithmetic of EmbeddingInput.normalize, op for op
+        embedded = inputs[n_inputs:n_inputs + len(embeddings)]  # time steps follow
+        for x, (mean, scale, dim) in zip(embedded, embeddings, strict=True):
+            z = (tf.reshape(x, [1, dim]) - mean) / scale
+            parts.append(tf.clip_by_value(z, -clip, clip))
+        h = tf.concat(parts, axis=1) if len(parts) > 1 else v
         last = len(layers) - 1
         for i, (w, b) in enumerate(layers):
             h = tf.matmul(h, w) + b
@@ -211,6 +231,10 @@ def export_policy(
         else:
             _write_tflite(tf, mlp, staging)
         (staging / PYMLGO_POLICY_FILE).write_bytes(_provenance(mlp, fmt))
+        if mlp.vocab.embeddings:
+            # the model's embedding inputs exist only when clang runs with this very file
+            # (both IR2Vec flags, `pymlgo.ir2vec.vocab_file.clang_flags`)
+            shutil.copyfile(mlp.ir2vec_vocab, staging / IR2VEC_EXPORT_FILE)
         for path in staging.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)  # mkdtemp makes 0700
         if output_dir.exists():
@@ -273,8 +297,9 @@ def saved_model_decisions(
     for i in range(n):
         feed = {}
         for name, spec in kwargs.items():
-            if name in features:
-                feed[name] = tf.constant([features[name][i]], dtype=spec.dtype)
+            if name in features:  # a scalar feature's value, or an embedding's row
+                feed[name] = tf.constant(np.reshape(features[name][i], spec.shape),
+                                         dtype=spec.dtype)
             else:  # time-step inputs: what LLVM feeds (zeros)
                 feed[name] = tf.zeros(spec.shape, dtype=spec.dtype)
         out[i] = int(fn(**feed)[DECISION_NAME].numpy().reshape(-1)[0])
@@ -298,14 +323,15 @@ def tflite_decisions(directory: Path, features: dict[str, np.ndarray]) -> np.nda
         for tname, d in inputs.items():
             feature = tname[len(SIGNATURE_KEY) + 1 : -2] if tname.endswith(":0") else tname
             value = features[feature][i] if feature in features else 0
-            interpreter.set_tensor(d["index"], np.array([value], dtype=d["dtype"]))
+            interpreter.set_tensor(d["index"], np.reshape(np.asarray(value, dtype=d["dtype"]),
+                                                          d["shape"]))
         interpreter.invoke()
         out[i] = int(interpreter.get_tensor(outputs[out_name]).reshape(-1)[0])
     return out
 
 
 def _rows(features: dict[str, np.ndarray]) -> int:
-    sizes = {np.asarray(v).reshape(-1).size for v in features.values()}
+    sizes = {len(np.asarray(v)) for v in features.values()}  # rows: (n,) or (n, dim)
     if len(sizes) > 1:
         raise ValueError("feature columns have different lengths")
     return sizes.pop() if sizes else 0

@@ -1,4 +1,5 @@
-"""The learned inlining policy: quantile-normalized features -> MLP -> logit of P(inline).
+"""The learned inlining policy: quantile-normalized features (and z-scored IR2Vec
+embeddings, when its vocab has them) -> MLP -> logit of P(inline).
 
 Runs in compile workers with numpy only. The per-decision path (`for_module`) is tuned for
 one call site at a time: boundaries are bisected as Python lists (a numpy call per feature
@@ -81,15 +82,21 @@ class InliningPolicy:
             raise ValueError(
                 f"params take {self.params.input_dim} inputs, the vocab gives "
                 f"{self.vocab.input_dim} ({len(self.vocab.features)} features"
-                f"{', with squares' if self.vocab.with_square else ''})"
+                f"{', with squares' if self.vocab.with_square else ''}"
+                f"{', embeddings' if self.vocab.embeddings else ''})"
             )
+        if self.vocab.embeddings and self.ir2vec_vocab is None:
+            # without the vocabulary file clang sends no embeddings to read
+            raise ValueError("a policy that reads IR2Vec embeddings must carry the IR2Vec "
+                             "vocabulary clang embeds with (ir2vec_vocab)")
 
     @property
     def required_features(self) -> tuple[str, ...]:
-        return self.vocab.features
+        return self.vocab.raw_features
 
     def logits(self, x: np.ndarray) -> np.ndarray:
-        """Raw feature matrix (n, f), columns in `required_features` order -> (n,) logits."""
+        """Raw feature matrix (n, vocab.raw_width), columns in `required_features` order (an
+        embedding spans `dim` columns) -> (n,) logits."""
         return self.params.forward(self.vocab.normalize(x))
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
@@ -142,7 +149,14 @@ def _row_logit_fn(vocab: Vocab, params: MLPParams) -> Callable[[Mapping[str, np.
     tails = {j: t for j, t in enumerate(vocab.tails) if t is not None}
     nf = len(table)
     buf = np.zeros(vocab.input_dim, dtype=np.float32)
-    values, squares = buf[:nf], buf[nf:]
+    scalar_end = nf * (2 if vocab.with_square else 1)
+    values, squares = buf[:nf], buf[nf:scalar_end]
+    # float[dim] inputs: where each one's normalized values go in the row
+    embeddings = []
+    at = scalar_end
+    for e in vocab.embeddings:
+        embeddings.append((e.name, e.normalize, buf[at:at + e.dim]))
+        at += e.dim
     with_square = vocab.with_square
     hidden = list(zip(params.weights[:-1], params.biases[:-1], strict=True))
     w_out, b_out = params.weights[-1], params.biases[-1]
@@ -160,6 +174,8 @@ def _row_logit_fn(vocab: Vocab, params: MLPParams) -> Callable[[Mapping[str, np.
             ]
         if with_square:
             np.multiply(values, values, out=squares)
+        for name, normalize, out in embeddings:
+            out[:] = normalize(features[name])
         h = buf
         for w, b in hidden:
             h = affine(h, w, b)

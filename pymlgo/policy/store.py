@@ -5,7 +5,9 @@ A policy directory holds:
   (TensorSpec JSON, matched by name against what the compiler sends), the advice it gives,
   hyperparameters, and the sha256 of the other two files;
 - `weights.npz`: `w0, b0, w1, b1, ...` (a zip of .npy files, readable with `np.load`);
-- `vocab.json`: the quantile vocabulary (`pymlgo.policy.vocab`).
+- `vocab.json`: the quantile vocabulary (`pymlgo.policy.vocab`), and the fixed z-score
+  normalization of the IR2Vec embeddings when the policy reads them;
+- `ir2vec.json` (only a policy that carries one): the IR2Vec vocabulary clang embeds with.
 
 Saving is byte-deterministic (sorted JSON keys, fixed zip entry order and timestamps), so
 the same policy always gives the same bytes and checksums. Whether a policy samples, and
@@ -33,7 +35,7 @@ from pymlgo.policy.inlining import (
     parse_version,
 )
 from pymlgo.policy.mlp import MLPParams
-from pymlgo.policy.vocab import Vocab, dumps_vocab
+from pymlgo.policy.vocab import EMBEDDING_CLIP, Vocab, dumps_vocab
 from pymlgo.problems.base import Policy, Problem
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.problems.registry import DEFAULT, UnknownProblemError
@@ -49,6 +51,8 @@ NORMALIZATION_KINDS = {"clip": "quantile", "log": "quantile-log-tail"}
 POLICY_FORMAT = "pymlgo-policy"
 # Every inliner feature (and the decision) is an int64 tensor of shape [1] (LLVM >= 17).
 FEATURE_TYPE, FEATURE_SHAPE = "int64_t", (1,)
+# IR2Vec embeddings arrive as float [dim], normalized per dimension (`policy.vocab`)
+EMBEDDING_TYPE, EMBEDDING_NORMALIZATION = "float", "zscore-clip"
 ADVICE_SPEC = TensorSpec("inlining_decision", "int64_t", (1,))
 PRETRAINED_PREFIX = "pretrained:"
 # The earliest DOS date a zip entry can carry; any fixed value makes the bytes reproducible.
@@ -118,16 +122,32 @@ def policy_document(policy: InliningPolicy, weights_sha: str, vocab_sha: str,
             "hidden": list(policy.hidden),
             "output": "logit of P(inline)",
         },
-        "normalization": {"kind": NORMALIZATION_KINDS[policy.vocab.tail],
-                          "with_square": policy.vocab.with_square},
-        "features": [
-            TensorSpec(name, FEATURE_TYPE, FEATURE_SHAPE).to_json()
-            for name in policy.vocab.features
-        ],
+        "normalization": _normalization(policy.vocab),
+        "features": [spec.to_json() for spec in feature_specs(policy.vocab)],
         "advice": ADVICE_SPEC.to_json(),
         "hyperparameters": dict(policy.hyperparameters),
         "files": files,
     }
+
+
+def feature_specs(vocab: Vocab) -> list[TensorSpec]:
+    """The tensors the policy reads, as clang sends them: the scalar features (int64 [1]),
+    then the IR2Vec embeddings (float [dim])."""
+    return [*(TensorSpec(name, FEATURE_TYPE, FEATURE_SHAPE) for name in vocab.features),
+            *(TensorSpec(e.name, EMBEDDING_TYPE, (e.dim,)) for e in vocab.embeddings)]
+
+
+def _normalization(vocab: Vocab) -> dict[str, Any]:
+    doc: dict[str, Any] = {"kind": NORMALIZATION_KINDS[vocab.tail],
+                           "with_square": vocab.with_square}
+    if vocab.embeddings:  # policies without embeddings keep the bytes they always had
+        doc["embeddings"] = {"kind": EMBEDDING_NORMALIZATION, "clip": EMBEDDING_CLIP,
+                             "features": [e.name for e in vocab.embeddings]}
+    return doc
+
+
+def _without_kind(norm: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in norm.items() if k != "kind"}  # the kind is checked on its own
 
 
 def save_policy(policy: InliningPolicy, directory: Path) -> None:
@@ -208,12 +228,15 @@ def load_policy_dir(directory: Path) -> InliningPolicy:
         raise PolicyLoadError(f"{directory / VOCAB_FILE}: {exc}") from exc
     network = doc.get("network")
     try:
-        expected = [TensorSpec.from_json(f).name for f in doc.get("features", [])]
-        if expected != list(vocab.features):
+        expected = [TensorSpec.from_json(f) for f in doc.get("features", [])]
+        if expected != feature_specs(vocab):
             raise ValueError("policy.json features do not match vocab.json")
         norm = doc.get("normalization")
-        if not isinstance(norm, dict) or norm.get("with_square") != vocab.with_square:
+        if not isinstance(norm, dict) or _without_kind(norm) != _without_kind(
+                _normalization(vocab)):
             raise ValueError("policy.json normalization does not match vocab.json")
+        if vocab.embeddings:
+            _check_ir2vec_dim(directory, vocab, has_ir2vec)
         kind = norm.get("kind", "quantile")
         if kind not in NORMALIZATION_KINDS.values():
             raise ValueError(f"normalization kind {kind!r} is not supported by this pymlgo "
@@ -234,6 +257,24 @@ def load_policy_dir(directory: Path) -> InliningPolicy:
         )
     except (ValueError, TypeError) as exc:
         raise PolicyLoadError(f"{directory}: {exc}") from exc
+
+
+def _check_ir2vec_dim(directory: Path, vocab: Vocab, has_ir2vec: bool) -> None:
+    """A policy reading embeddings needs the IR2Vec vocabulary that makes clang send them,
+    of the dimension its network reads."""
+    if not has_ir2vec:
+        raise ValueError(f"the policy reads {', '.join(e.name for e in vocab.embeddings)} "
+                         f"but carries no {IR2VEC_FILE} (clang sends no embeddings without it)")
+    from pymlgo.ir2vec.vocab_file import VocabFileError, load
+
+    try:
+        dim = load(directory / IR2VEC_FILE).dim
+    except VocabFileError as exc:
+        raise ValueError(str(exc)) from exc
+    wrong = [f"{e.name} [{e.dim}]" for e in vocab.embeddings if e.dim != dim]
+    if wrong:
+        raise ValueError(f"the policy reads {', '.join(wrong)}, but its {IR2VEC_FILE} has "
+                         f"dimension {dim}")
 
 
 def pretrained_root() -> Path:

@@ -26,6 +26,18 @@ exactly as "clip" on every value the vocab has seen). A feature with fewer than 
 boundaries has no slope and stays clipped at 1.0. A "log" vocab is written as version 2
 (older pymlgo refuses it instead of silently clipping); a "clip" vocab keeps version 1
 and its bytes.
+
+Float vector features (`embeddings`: clang's IR2Vec `callee_embedding` and
+`caller_embedding`, float[dim]) are no quantile buckets: each dimension is z-scored with
+a mean and scale fixed when the vocab is built (from the training decisions) and clipped,
+
+    value(x)[i] = clip((x[i] - mean[i]) / scale[i], -EMBEDDING_CLIP, EMBEDDING_CLIP)
+
+every operation in float32 (so the batch, per-decision and exported paths agree bit for
+bit). A dimension that never varied in training has scale 1. Their values follow the
+scalar inputs (and their squares), one embedding after the other, in `embeddings` order;
+the raw matrix `normalize` takes has the scalar features' columns, then each embedding's
+`dim` columns. A vocab with embeddings is written as version 3 (older pymlgo refuses it).
 """
 
 from __future__ import annotations
@@ -44,6 +56,8 @@ from pymlgo.toolchain.files import write_atomic
 VOCAB_FORMAT = "pymlgo-vocab"
 VOCAB_VERSION = 1  # "clip" tail (the only kind before `tail`)
 VOCAB_VERSION_LOG_TAIL = 2
+VOCAB_VERSION_EMBEDDINGS = 3  # any tail, written explicitly; float vector inputs
+EMBEDDING_CLIP = 5.0  # z-scores beyond it (code far from the training code) are clipped
 DEFAULT_QUANTILES = 1000
 Tail = Literal["clip", "log"]
 TAILS: tuple[Tail, ...] = ("clip", "log")
@@ -76,17 +90,91 @@ def tail_value(x: float, params: tuple[float, float, float]) -> float:
     return min(TAIL_CAP, 1.0 + slope * (_symlog(x) - g_top))
 
 
+_CLIP32 = np.float32(EMBEDDING_CLIP)
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: ndarray fields make generated __eq__ raise
+class EmbeddingInput:
+    """One float[dim] feature's normalization: per dimension a z-score with a fixed mean and
+    scale, clipped to +-EMBEDDING_CLIP (see the module docstring)."""
+
+    name: str
+    mean: np.ndarray  # float32 (dim,)
+    scale: np.ndarray  # float32 (dim,), every value > 0
+
+    def __post_init__(self) -> None:
+        mean = np.array(self.mean, dtype=np.float32).reshape(-1)
+        scale = np.array(self.scale, dtype=np.float32).reshape(-1)
+        if not mean.size or mean.shape != scale.shape:
+            raise ValueError(f"embedding {self.name!r}: mean and scale must be non-empty and "
+                             f"of one length, got {mean.size} and {scale.size}")
+        if not (np.isfinite(mean).all() and np.isfinite(scale).all() and (scale > 0).all()):
+            raise ValueError(f"embedding {self.name!r}: mean must be finite and scale "
+                             "finite and > 0")
+        mean.flags.writeable = scale.flags.writeable = False
+        object.__setattr__(self, "mean", mean)
+        object.__setattr__(self, "scale", scale)
+
+    @property
+    def dim(self) -> int:
+        return int(self.mean.size)
+
+    def normalize(self, x: np.ndarray) -> np.ndarray:
+        """Raw values (..., dim) -> float32 network inputs of the same shape."""
+        z = (np.asarray(x).astype(np.float32) - self.mean) / self.scale
+        return np.clip(z, -_CLIP32, _CLIP32)
+
+    def to_json(self) -> dict[str, Any]:
+        # float32 values printed as the float64 they convert to: they read back exactly
+        return {"name": self.name, "dim": self.dim, "mean": [float(v) for v in self.mean],
+                "scale": [float(v) for v in self.scale]}
+
+    @classmethod
+    def from_json(cls, d: Any) -> EmbeddingInput:
+        if not (isinstance(d, Mapping) and isinstance(d.get("name"), str)
+                and isinstance(d.get("mean"), list) and isinstance(d.get("scale"), list)):
+            raise ValueError("vocab 'embeddings' must be a list of {name, dim, mean, scale} "
+                             "objects")
+        emb = cls(d["name"], np.array(d["mean"], dtype=np.float64),
+                  np.array(d["scale"], dtype=np.float64))
+        if d.get("dim") != emb.dim:
+            raise ValueError(f"vocab embedding {emb.name!r}: dim {d.get('dim')!r} but "
+                             f"{emb.dim} values")
+        return emb
+
+
+def fit_embedding(name: str, values: np.ndarray) -> EmbeddingInput:
+    """The normalization of one float[dim] feature from its training values (n, dim):
+    mean and standard deviation per dimension (scale 1 where a dimension is constant, or
+    where there are no values)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 2 or not x.shape[1]:
+        raise ValueError(f"embedding {name!r}: values must be (n, dim), got {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError(f"embedding {name!r} has non-finite values")
+    if not len(x):
+        return EmbeddingInput(name, np.zeros(x.shape[1]), np.ones(x.shape[1]))
+    mean = x.mean(axis=0)
+    std = x.std(axis=0)
+    # a constant dimension has a std of rounding noise: scale it by 1, not by the noise
+    constant = std <= 1e-6 * (1.0 + np.abs(mean))
+    return EmbeddingInput(name, mean, np.where(constant, 1.0, std))
+
+
 @dataclass(frozen=True, eq=False)  # eq=False: ndarray fields make generated __eq__ raise
 class Vocab:
     features: tuple[str, ...]  # feature names, in input order
     boundaries: tuple[np.ndarray, ...]  # sorted distinct quantile boundaries per feature
     with_square: bool = True
     tail: Tail = "clip"  # values beyond the last boundary: see the module docstring
+    embeddings: tuple[EmbeddingInput, ...] = ()  # float[dim] inputs after the scalar ones
 
     def __post_init__(self) -> None:
         features = tuple(self.features)
-        if len(set(features)) != len(features):
-            raise ValueError(f"vocab lists a feature twice: {features}")
+        embeddings = tuple(self.embeddings)
+        names = (*features, *(e.name for e in embeddings))
+        if len(set(names)) != len(names):
+            raise ValueError(f"vocab lists a feature twice: {names}")
         if len(self.boundaries) != len(features):
             raise ValueError(
                 f"vocab has {len(features)} features but {len(self.boundaries)} boundary lists"
@@ -102,6 +190,7 @@ class Vocab:
             raise ValueError(f"vocab tail must be one of {', '.join(TAILS)}, not {self.tail!r}")
         object.__setattr__(self, "features", features)
         object.__setattr__(self, "boundaries", tuple(bounds))
+        object.__setattr__(self, "embeddings", embeddings)
 
     @property
     def tails(self) -> tuple[tuple[float, float, float] | None, ...]:
@@ -112,25 +201,45 @@ class Vocab:
 
     @property
     def input_dim(self) -> int:
-        return len(self.features) * (2 if self.with_square else 1)
+        return (len(self.features) * (2 if self.with_square else 1)
+                + sum(e.dim for e in self.embeddings))
+
+    @property
+    def raw_features(self) -> tuple[str, ...]:
+        """Every compiler tensor the inputs are made of, in raw column order: the scalar
+        features, then the embeddings."""
+        return (*self.features, *(e.name for e in self.embeddings))
+
+    @property
+    def raw_width(self) -> int:
+        """Columns of the raw matrix `normalize` takes (an embedding has `dim` of them)."""
+        return len(self.features) + sum(e.dim for e in self.embeddings)
 
     def matrix(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Raw (n, len(features)) matrix from per-feature arrays with one value per row
-        (e.g. a Trajectory's `features`, each (n, 1)); other features are ignored."""
-        missing = [f for f in self.features if f not in features]
+        """Raw (n, raw_width) matrix from per-feature arrays with one row per call site
+        (e.g. a Trajectory's `features`: scalars (n, 1), embeddings (n, dim)); other
+        features are ignored."""
+        missing = [f for f in self.raw_features if f not in features]
         if missing:
             raise KeyError(f"features missing for the vocab: {', '.join(missing)}")
-        cols = [np.asarray(features[f]).reshape(-1) for f in self.features]
-        if len({len(c) for c in cols}) > 1:
-            raise ValueError("features have different numbers of rows (or values per row)")
-        return np.stack(cols, axis=1) if cols else np.zeros((0, 0))
+        rows = {len(np.asarray(features[f])) for f in self.raw_features}
+        if len(rows) > 1:
+            raise ValueError("features have different numbers of rows")
+        n = rows.pop() if rows else 0
+        widths = [1] * len(self.features) + [e.dim for e in self.embeddings]
+        try:
+            cols = [np.asarray(features[f]).reshape(n, w)
+                    for f, w in zip(self.raw_features, widths, strict=True)]
+        except ValueError as exc:
+            raise ValueError(f"features do not have the vocab's widths: {exc}") from exc
+        return np.concatenate(cols, axis=1) if cols else np.zeros((0, 0))
 
     def normalize(self, x: np.ndarray) -> np.ndarray:
-        """(n, len(features)) raw values -> (n, input_dim) float32 network inputs."""
+        """(n, raw_width) raw values -> (n, input_dim) float32 network inputs."""
         x = np.asarray(x)
-        if x.ndim != 2 or x.shape[1] != len(self.features):
+        if x.ndim != 2 or x.shape[1] != self.raw_width:
             raise ValueError(
-                f"expected raw features of shape (n, {len(self.features)}), got {x.shape}"
+                f"expected raw features of shape (n, {self.raw_width}), got {x.shape}"
             )
         out = np.zeros((x.shape[0], len(self.features)), dtype=np.float64)
         for j, (b, tail) in enumerate(zip(self.boundaries, self.tails, strict=True)):
@@ -143,14 +252,27 @@ class Vocab:
                     out[i, j] = tail_value(float(x[i, j]), tail)
         v = out.astype(np.float32)
         # Square in float32, as the per-decision path does, so both give identical inputs.
-        return np.concatenate((v, v * v), axis=1) if self.with_square else v
+        parts = [v, v * v] if self.with_square else [v]
+        at = len(self.features)
+        for e in self.embeddings:
+            parts.append(e.normalize(x[:, at:at + e.dim]))
+            at += e.dim
+        return np.concatenate(parts, axis=1) if len(parts) > 1 else v
+
+    @property
+    def version(self) -> int:
+        if self.embeddings:
+            return VOCAB_VERSION_EMBEDDINGS
+        return VOCAB_VERSION if self.tail == "clip" else VOCAB_VERSION_LOG_TAIL
 
     def to_json(self) -> dict[str, Any]:
         # a "clip" vocab is written exactly as before `tail` existed
-        extra: dict[str, Any] = {} if self.tail == "clip" else {"tail": self.tail}
+        extra: dict[str, Any] = {} if self.version == VOCAB_VERSION else {"tail": self.tail}
+        if self.embeddings:
+            extra["embeddings"] = [e.to_json() for e in self.embeddings]
         return {
             "format": VOCAB_FORMAT,
-            "version": VOCAB_VERSION if self.tail == "clip" else VOCAB_VERSION_LOG_TAIL,
+            "version": self.version,
             "with_square": self.with_square,
             **extra,
             "features": [
@@ -164,15 +286,25 @@ class Vocab:
         if not isinstance(d, Mapping) or d.get("format") != VOCAB_FORMAT:
             raise ValueError(f"not a {VOCAB_FORMAT} document")
         version = d.get("version")
-        if version not in (VOCAB_VERSION, VOCAB_VERSION_LOG_TAIL):
+        known = (VOCAB_VERSION, VOCAB_VERSION_LOG_TAIL, VOCAB_VERSION_EMBEDDINGS)
+        if version not in known:
             raise ValueError(
                 f"vocab version {version!r} is not supported (this pymlgo reads versions "
-                f"{VOCAB_VERSION} and {VOCAB_VERSION_LOG_TAIL})"
+                f"{', '.join(map(str, known))})"
             )
         tail = d.get("tail", "clip")
-        if (tail == "clip") != (version == VOCAB_VERSION) or tail not in TAILS:
+        if version == VOCAB_VERSION_EMBEDDINGS:
+            if tail not in TAILS or "tail" not in d:
+                raise ValueError(f"vocab version {version} needs a tail, one of "
+                                 f"{', '.join(TAILS)}")
+        elif (tail == "clip") != (version == VOCAB_VERSION) or tail not in TAILS:
             raise ValueError(f"vocab version {version} with tail {tail!r}: version "
                              f"{VOCAB_VERSION} is 'clip', {VOCAB_VERSION_LOG_TAIL} 'log'")
+        embeddings = d.get("embeddings", [])
+        if (version == VOCAB_VERSION_EMBEDDINGS) != bool(embeddings) or not isinstance(
+                embeddings, list):
+            raise ValueError(f"vocab 'embeddings' must be a non-empty list in version "
+                             f"{VOCAB_VERSION_EMBEDDINGS} and absent before")
         feats = d.get("features")
         if not isinstance(feats, list) or not all(
             isinstance(f, Mapping)
@@ -186,6 +318,7 @@ class Vocab:
             boundaries=tuple(np.array(f["boundaries"], dtype=np.float64) for f in feats),
             with_square=bool(d.get("with_square", True)),
             tail=tail,
+            embeddings=tuple(EmbeddingInput.from_json(e) for e in embeddings),
         )
 
 
@@ -229,13 +362,19 @@ def build_vocab(
 def dumps_vocab(vocab: Vocab) -> str:
     """Stable text: one feature per line, fixed key order, so equal vocabs give equal bytes."""
     d = vocab.to_json()
-    head = {k: v for k, v in d.items() if k != "features"}
+    head = {k: v for k, v in d.items() if k not in ("features", "embeddings")}
     lines = ["{"]
     lines += [f"  {json.dumps(k)}: {json.dumps(head[k])}," for k in sorted(head)]
     feats = [json.dumps(f, separators=(", ", ": ")) for f in d["features"]]  # name first
     lines.append('  "features": [')
     lines += [f"    {f}{',' if i < len(feats) - 1 else ''}" for i, f in enumerate(feats)]
-    lines += ["  ]", "}"]
+    lines.append("  ]" + ("," if vocab.embeddings else ""))
+    if vocab.embeddings:  # one line per embedding, after the features
+        embs = [json.dumps(e, separators=(", ", ": ")) for e in d["embeddings"]]
+        lines.append('  "embeddings": [')
+        lines += [f"    {e}{',' if i < len(embs) - 1 else ''}" for i, e in enumerate(embs)]
+        lines.append("  ]")
+    lines.append("}")
     return "\n".join(lines) + "\n"
 
 

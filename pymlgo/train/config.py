@@ -12,6 +12,8 @@ scalar fields of `TrainConfig` at top level, one table per nested config:
     reward_weighting = "bytes"    # each module's reward by its -Oz bytes (default: per algo)
     [split]
     by = "package"
+    [policy]
+    ir2vec_vocab = "v.json"       # the network also reads IR2Vec embeddings (`mlgo ir2vec`)
     [compile]
     add_flags = ["-mllvm", "-inline-threshold=100"]
     [es]
@@ -97,11 +99,25 @@ class PolicyConfig:
     # through the channel only (`mlgo cc`, eval): clang's release mode has no such input, so
     # such a policy cannot be exported to be compiled into clang.
     reads_default: bool = False
+    # an IR2Vec vocabulary file (`mlgo ir2vec vocab`): compiles pass it to clang, and the
+    # network also reads `callee_embedding` and `caller_embedding` (float[dim], z-scored by
+    # the training decisions' mean and deviation); saved with the policy. Its sha256, not
+    # its path, is part of the run's identity. None: no embeddings (or the warm start's)
+    ir2vec_vocab: str | None = None
 
     def __post_init__(self) -> None:
+        from pymlgo.ir2vec.vocab_file import EMBEDDING_FEATURES
+
         if self.reads_default and self.features is not None:
             raise ConfigError("policy.reads_default applies to the default feature list; with "
                               "an explicit policy.features, list 'inlining_default' there")
+        embedded = [f for f in self.features or () if f in EMBEDDING_FEATURES]
+        if embedded:
+            raise ConfigError(f"policy.features lists {', '.join(embedded)}: IR2Vec "
+                              f"embeddings are read by setting policy.ir2vec_vocab")
+        if self.ir2vec_vocab is not None and not self.ir2vec_vocab:
+            raise ConfigError("policy.ir2vec_vocab must be a file path (leave it out for no "
+                              "embeddings)")
         if self.hidden is not None and any(h < 1 for h in self.hidden):
             raise ConfigError("policy.hidden layer sizes must be >= 1")
         if self.quantiles is not None and self.quantiles < 1:
@@ -325,6 +341,10 @@ class TrainConfig:
         if self.warmstart not in ("", "bc") and self.policy.quantiles is not None:
             raise ConfigError("policy.quantiles does not apply with a saved-policy warm "
                               "start (it brings its own vocab); leave it out")
+        if self.policy.ir2vec_vocab is not None and self.policy_warmstart is not None:
+            raise ConfigError("policy.ir2vec_vocab does not apply with a saved-policy warm "
+                              "start (it brings its own IR2Vec vocabulary, if it reads "
+                              "embeddings); leave it out")
         if self.traces and self.warmstart != "bc" and self.algo != "bc":
             raise ConfigError("traces are only used for behaviour cloning: with algo = "
                               "'bc' or warmstart = 'bc'")
@@ -362,7 +382,7 @@ class TrainConfig:
             self.policy,
             hidden=self.policy.hidden if from_warm else self.hidden,
             quantiles=self.policy.quantiles if from_warm or self.vocab else self.quantiles)
-        d = to_dict(self) | {"policy": to_dict(policy)}
+        d = to_dict(self) | {"policy": _policy_dict(policy)}
         # A trace is a cache of clang's -Oz decisions on this corpus (checked against the -Oz
         # sizes when read): the policy must not depend on where it was kept, or on whether a
         # run recorded the decisions itself instead.
@@ -389,6 +409,26 @@ class TrainConfig:
         d = self.provenance()
         del d["iterations"], d["time_budget_minutes"]
         return d
+
+
+IR2VEC_SHA_PREFIX = "sha256:"
+
+
+def _policy_dict(policy: PolicyConfig) -> dict[str, Any]:
+    """[policy] as provenance: the IR2Vec vocabulary by its content (a run resumed with
+    another file is refused, the same file elsewhere is the same run), left out when unset
+    (runs without embeddings keep the provenance they always had)."""
+    d = to_dict(policy)
+    path = d.pop("ir2vec_vocab", None)  # left out by to_dict when unset
+    if path is not None:
+        from pymlgo.ir2vec.vocab_file import file_sha256
+
+        try:
+            d["ir2vec_vocab"] = IR2VEC_SHA_PREFIX + file_sha256(Path(path))
+        except OSError as exc:
+            raise ConfigError(f"policy.ir2vec_vocab: cannot read {path} "
+                              f"({exc.strerror or exc})") from exc
+    return d
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -420,7 +460,8 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 _SPLIT_OMITTED_AT_DEFAULT: dict[str, Any] = {"heldout_packages": None,
                                              "validation_by": "module"}
 _TABLE_KEYS_OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
-    PolicyConfig: {"reads_default": False}, ILConfig: {"moves": "single"}}
+    PolicyConfig: {"reads_default": False, "ir2vec_vocab": None},
+    ILConfig: {"moves": "single"}}
 
 
 def _omitted_at_default() -> dict[str, Any]:

@@ -72,7 +72,7 @@ class DQN:
             base = self.moving.get(e.module, 0.0) if cfg.per_module_baseline else 0.0
             g = (e.reward - base) * cfg.reward_scale * weights.get(e.module, 1.0)
             vocab = self.template.vocab
-            self._push(vocab.normalize(inputs(vocab.features, e)),
+            self._push(vocab.normalize(inputs(vocab.raw_features, e)),
                        e.actions, g)
             d = cfg.moving_average_decay
             self.moving[e.module] = d * self.moving.get(e.module, 0.0) + (1 - d) * e.reward

@@ -57,14 +57,14 @@ class Episode:
 
 def feature_matrix(features: Sequence[str], recorded: Mapping[str, np.ndarray],
                    n: int) -> np.ndarray:
-    """Raw (n, f) matrix of `n` recorded call sites (name -> (n, 1) arrays), columns in
-    `features` order."""
-    cols = [np.asarray(recorded[f]).reshape(-1) for f in features] if n else []
-    return np.stack(cols, axis=1) if cols else np.zeros((n, len(features)))
+    """Raw matrix of `n` recorded call sites (name -> (n, 1) arrays, or (n, dim) for an
+    IR2Vec embedding, which spans `dim` columns), columns in `features` order."""
+    cols = [np.asarray(recorded[f]).reshape(n, -1) for f in features] if n else []
+    return np.concatenate(cols, axis=1) if cols else np.zeros((n, len(features)))
 
 
 def inputs(features: Sequence[str], episode: Episode) -> np.ndarray:
-    """Raw (n, f) matrix of a recorded episode's call sites, columns in `features` order."""
+    """Raw matrix of a recorded episode's call sites, columns in `features` order."""
     if episode.features is None or episode.actions is None:
         raise ValueError(f"episode {episode.module} was not recorded")
     return feature_matrix(features, episode.features, len(episode.actions))

@@ -19,6 +19,8 @@ import numpy as np
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Problem
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pymlgo.corpus.format import Corpus
     from pymlgo.corpus.split import Split
     from pymlgo.toolchain.compiler import Compiler
@@ -130,10 +132,23 @@ class ProblemTraining(Protocol):
         """The warm start (and vocab, traces) from outside the run; SourceError if unusable."""
         ...
 
+    def compile_options(self, out: Path, sources: Sources | None) -> Any:
+        """The problem's options of every compile of the run (`WorkSpec.options`), from
+        what the run keeps in its output directory `out`. `sources` is given when the run is
+        set up now (the problem may copy from them into `out`), None when it resumes."""
+        ...
+
+    def rebind(self, policy: Any, options: Any) -> Policy:
+        """`policy`, as an earlier process saved it (setup.pkl, checkpoint.pkl), made to
+        compile with this run's `options` (the output directory may have moved since);
+        TrainError if it cannot."""
+        ...
+
     def setup(self, config: TrainConfig, split: Split, baselines: Mapping[str, float],
               jobs: Mapping[str, CompileJob], executor: Executor, spec: WorkSpec,
               sources: Sources, say: Callable[[str], None]) -> PolicySetup:
-        """Demonstrations and the initial policy (warm start included)."""
+        """Demonstrations and the initial policy (warm start included); `spec` has the
+        run's `compile_options`."""
         ...
 
     def ppo_head(self) -> PPOHead:

@@ -46,7 +46,7 @@ from pymlgo.workers.task import compiler_for
 
 def trajectory_inputs(features: tuple[str, ...], traj: Trajectory) -> tuple[np.ndarray,
                                                                             np.ndarray]:
-    """Raw (n, f) features in the vocab's column order and the (n,) 0/1 decisions."""
+    """Raw features (n, raw_width) in the vocab's column order and the (n,) 0/1 decisions."""
     y = (np.asarray(traj.advice).reshape(len(traj), -1)[:, 0] != 0).astype(np.float32)
     return feature_matrix(features, traj.features, len(traj)), y
 
@@ -55,7 +55,7 @@ class ImitationLearning:
     def __init__(self, cfg: ILConfig, policy: InliningPolicy, seed: int) -> None:
         self.cfg = cfg
         self.template = policy.greedy()
-        self.features = tuple(policy.vocab.features)
+        self.features = policy.vocab.raw_features
         self.net = MLP.from_params(policy.params)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate,
                                     weight_decay=cfg.weight_decay)
@@ -109,7 +109,8 @@ class ImitationLearning:
         """The dataset's call sites in module order (sorted: the same order on resume)."""
         rows = [self.dataset[m] for m in sorted(self.dataset)]
         if not rows:
-            return np.zeros((0, len(self.features))), np.zeros(0, dtype=np.float32)
+            return (np.zeros((0, self.template.vocab.raw_width)),
+                    np.zeros(0, dtype=np.float32))
         return (np.concatenate([x for _, x, _ in rows]),
                 np.concatenate([y for _, _, y in rows]))
 

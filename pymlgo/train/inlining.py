@@ -1,21 +1,31 @@
 """Inlining's training hooks (`hooks.ProblemTraining`): every algorithm, object bytes as
 the measure, and a setup that records (or reads from a trace) clang's own decisions to
-behaviour-clone, builds the feature normalization and the warm-start policy."""
+behaviour-clone, builds the feature normalization and the warm-start policy.
+
+A run with an IR2Vec vocabulary (`policy.ir2vec_vocab`, or a warm start that reads
+embeddings) keeps a copy of it as OUTPUT_DIR/ir2vec.json; every compile of the run passes
+that copy to clang, and the policies it saves carry it, so a moved or deleted original does
+not matter once the run is set up.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pymlgo.ir2vec.vocab_file import EMBEDDING_FEATURES
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.mlp import init_mlp
-from pymlgo.policy.vocab import build_vocab
+from pymlgo.policy.store import IR2VEC_FILE
+from pymlgo.policy.vocab import EmbeddingInput, Vocab, build_vocab, fit_embedding
 from pymlgo.problems.base import CompileJob, Problem
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, HeuristicPolicy
+from pymlgo.problems.inlining.problem import InliningOptions, ir2vec_vocab_of
+from pymlgo.toolchain.files import write_atomic
 from pymlgo.train.config import ALGORITHMS, DEFAULT_HIDDEN, TrainConfig
 from pymlgo.train.env import BYTES, Demonstrations, Episode, TrainEnv, inputs
 from pymlgo.train.hooks import (
@@ -35,12 +45,13 @@ if TYPE_CHECKING:
     from pymlgo.workers.protocol import Executor, WorkSpec
 
 
-def _demonstrations(episodes: list[Episode], features: tuple[str, ...]) -> Demonstrations:
-    """Inputs and clang's decision (the label) of every recorded call site."""
+def _demonstrations(episodes: list[Episode], vocab: Vocab) -> Demonstrations:
+    """Raw inputs (embeddings included) and clang's decision (the label) of every recorded
+    call site."""
     ok = [e for e in episodes if e.ok and e.actions is not None and len(e.actions)]
     if not ok:
-        return Demonstrations(np.zeros((0, len(features))), np.zeros(0, dtype=np.float32))
-    x = np.concatenate([inputs(features, e) for e in ok])
+        return Demonstrations(np.zeros((0, vocab.raw_width)), np.zeros(0, dtype=np.float32))
+    x = np.concatenate([inputs(vocab.raw_features, e) for e in ok])
     y = np.concatenate([inputs((DEFAULT_FEATURE,), e)[:, 0] for e in ok])
     return Demonstrations(x=x, y=(y != 0).astype(np.float32))
 
@@ -59,6 +70,40 @@ def _input_features(config: TrainConfig, episodes: list[Episode]) -> tuple[str, 
                              f"{DEFAULT_FEATURE} (a trace made without clang's decision?)")
         return (*own, DEFAULT_FEATURE)
     return own
+
+
+def _fit_embeddings(episodes: list[Episode], sent: tuple[str, ...]
+                    ) -> tuple[EmbeddingInput, ...]:
+    """The z-score normalization of clang's IR2Vec embeddings over the training decisions."""
+    missing = [n for n in EMBEDDING_FEATURES if n not in sent]
+    if missing:
+        raise TrainError(f"clang sent no {', '.join(missing)}: the compiles did not get the "
+                         f"IR2Vec vocabulary")
+    return tuple(fit_embedding(name, np.concatenate(
+        [np.asarray(e.features[name]).reshape(len(e.actions), -1) for e in episodes
+         if e.ok and e.features and e.actions is not None and len(e.actions)]))
+        for name in EMBEDDING_FEATURES)
+
+
+def _carrying(policy: InliningPolicy, ir2vec: Path | None) -> InliningPolicy:
+    """`policy` compiling with the run's own copy of its IR2Vec vocabulary (the same bytes)."""
+    return policy if ir2vec is None else replace(policy, ir2vec_vocab=ir2vec)
+
+
+def _run_ir2vec(out: Path, sources: Sources | None) -> Path | None:
+    """The run's own copy of its IR2Vec vocabulary (OUTPUT_DIR/ir2vec.json), made when the
+    run is set up; None for a run without embeddings. Its sha256 is in the run's identity
+    (config.policy.ir2vec_vocab), so a resume with another file is refused by the trainer."""
+    path = (out / IR2VEC_FILE).absolute()
+    if sources is not None:  # a new setup: the configured file, or none
+        if sources.ir2vec is None:
+            path.unlink(missing_ok=True)  # left by an earlier attempt at another config
+            return None
+        data = sources.ir2vec.read_bytes()
+        if not path.is_file() or path.read_bytes() != data:
+            write_atomic(path, data)
+        return path
+    return path if path.is_file() else None
 
 
 def _compiler_features(episodes: list[Episode]) -> tuple[str, ...]:
@@ -82,6 +127,17 @@ class InliningTraining:
     def load_sources(self, config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
         return load_sources(config, corpus, compiler.version)
 
+    def compile_options(self, out: Path, sources: Sources | None) -> InliningOptions | None:
+        ir2vec = _run_ir2vec(out, sources)
+        return None if ir2vec is None else InliningOptions(ir2vec_vocab=ir2vec)
+
+    def rebind(self, policy: InliningPolicy, options: Any) -> InliningPolicy:
+        ir2vec = ir2vec_vocab_of(options)
+        if policy.vocab.embeddings and ir2vec is None:
+            raise TrainError(f"the run reads IR2Vec embeddings but its {IR2VEC_FILE} is gone; "
+                             f"use a new --output_dir")
+        return _carrying(policy, ir2vec)
+
     def setup(self, config: TrainConfig, split: Split, baselines: Mapping[str, float],
               jobs: Mapping[str, CompileJob], executor: Executor, spec: WorkSpec,
               sources: Sources, say: Callable[[str], None]) -> PolicySetup:
@@ -100,11 +156,11 @@ class InliningTraining:
         val_eps = [e for e in episodes if e.module in set(split.validation)]
         compiler_features = _compiler_features(train_eps)
 
+        ir2vec = ir2vec_vocab_of(spec.options)
         initial: InliningPolicy
         if sources.warm is not None:
             check_features(sources, config, compiler_features, None)
-            initial = sources.warm
-            features = initial.vocab.features
+            initial = _carrying(sources.warm, ir2vec)
         else:
             vocab = sources.vocab
             if vocab is None:
@@ -117,13 +173,17 @@ class InliningTraining:
             elif config.out_of_range == "log":  # `mlgo vocab` writes "clip" vocabs
                 vocab = replace(vocab, tail=config.out_of_range)
             check_features(sources, config, compiler_features, vocab)
-            features = vocab.features
+            if ir2vec is not None and not vocab.embeddings:
+                vocab = replace(vocab, embeddings=_fit_embeddings(train_eps, compiler_features))
+            elif vocab.embeddings and ir2vec is None:
+                raise TrainError(f"{config.vocab} normalizes IR2Vec embeddings: set "
+                                 f"policy.ir2vec_vocab to the vocabulary they come from")
             rng = np.random.default_rng([config.seed, STREAM_INIT])
             params = init_mlp(vocab.input_dim, config.hidden, rng)
             initial = InliningPolicy(vocab=vocab, params=params, hidden=config.hidden,
-                                     name=f"mlgo-{config.algo}")
-        demos_train = _demonstrations(train_eps, features)
-        demos_val = _demonstrations(val_eps, features) if val_eps else None
+                                     name=f"mlgo-{config.algo}", ir2vec_vocab=ir2vec)
+        demos_train = _demonstrations(train_eps, initial.vocab)
+        demos_val = _demonstrations(val_eps, initial.vocab) if val_eps else None
         warm_scalars: dict[str, float] = {}
         if config.warmstart == "bc" and config.algo != "bc":
             from pymlgo.train.bc import BehaviourCloning

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -46,6 +47,11 @@ class PolicyBatch:
     def required_features(self) -> tuple[str, ...]:
         return self.members[0].required_features
 
+    @property
+    def ir2vec_vocab(self) -> Path | None:
+        """The members' IR2Vec vocabulary (one batch compiles with one)."""
+        return getattr(self.members[0], "ir2vec_vocab", None)
+
     def for_module(self, module: str) -> Decide:
         base, k = untag(module)
         return self.members[k].for_module(base)
@@ -67,6 +73,10 @@ class EpsilonGreedy:
     @property
     def required_features(self) -> tuple[str, ...]:
         return self.policy.required_features
+
+    @property
+    def ir2vec_vocab(self) -> Path | None:
+        return self.policy.ir2vec_vocab
 
     def for_module(self, module: str) -> Callable[[Mapping[str, np.ndarray]], int]:
         greedy = self.policy.greedy().for_module(module)

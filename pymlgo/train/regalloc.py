@@ -33,6 +33,8 @@ from pymlgo.train.hooks import STREAM_INIT, PolicySetup, PPOHead
 from pymlgo.train.sources import SourceError, Sources
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pymlgo.corpus.format import Corpus
     from pymlgo.corpus.split import Split
     from pymlgo.toolchain.compiler import Compiler
@@ -100,6 +102,9 @@ class RegallocTraining:
         if config.policy.features is not None or config.policy.quantiles is not None:
             raise ConfigError(f"policy.features and policy.quantiles apply to problem "
                               f"'inlining' only: {name!r} reads a fixed set of inputs")
+        if config.policy.ir2vec_vocab is not None:
+            raise ConfigError(f"policy.ir2vec_vocab (IR2Vec embeddings, clang's inliner sends "
+                              f"them) applies to problem 'inlining' only, not {name!r}")
 
     def load_sources(self, config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
         spec = config.policy_warmstart
@@ -118,6 +123,12 @@ class RegallocTraining:
                               f"the warm-start policy {spec} (it has {list(policy.hidden)}): "
                               f"leave the key out to train its network as it is")
         return Sources(policy.greedy(), None, None)
+
+    def compile_options(self, out: Path, sources: Sources | None) -> None:
+        return None  # the problem's own flags are all it needs
+
+    def rebind(self, policy: EvictionPolicy, options: object) -> EvictionPolicy:
+        return policy  # it keeps no path
 
     def setup(self, config: TrainConfig, split: Split, baselines: Mapping[str, float],
               jobs: Mapping[str, CompileJob], executor: Executor, spec: WorkSpec,

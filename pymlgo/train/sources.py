@@ -1,5 +1,6 @@
 """What a run takes from outside its output directory: a saved-policy warm start, a vocab
-directory (`mlgo vocab`) and a trace of clang's heuristic (`mlgo trace --policy default`).
+directory (`mlgo vocab`), a trace of clang's heuristic (`mlgo trace --policy default`) and
+an IR2Vec vocabulary file (`policy.ir2vec_vocab`).
 
 Each is loaded and checked against the configuration before anything is compiled or
 written, so a wrong path or a mismatch fails at once with a message that says what to do.
@@ -26,6 +27,7 @@ from pymlgo.evaluate.trace import (
     load_traces,
     read_sizes,
 )
+from pymlgo.ir2vec.vocab_file import EMBEDDING_FEATURES
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.store import PolicyLoadError, load_policy
 from pymlgo.policy.vocab import Vocab, load_vocab
@@ -83,12 +85,47 @@ class Sources:
     warm: Any  # the saved policy to start from (the problem's policy type), or None
     vocab: Vocab | None  # the normalization of a new network
     traces: TraceSource | None  # clang's decisions, instead of recording them
+    # the IR2Vec vocabulary file the run compiles with (policy.ir2vec_vocab, or the warm
+    # start's own); None: no embeddings
+    ir2vec: Path | None = None
 
 
 def load_sources(config: TrainConfig, corpus: Corpus, compiler_version: str) -> Sources:
     """Load the configured warm start, vocab and traces; SourceError if one cannot be used."""
-    return Sources(_warm_start(config), _vocab(config), _traces(config, corpus,
-                                                                compiler_version))
+    warm = _warm_start(config)
+    ir2vec = _ir2vec(config, warm)
+    traces = _traces(config, corpus, compiler_version)
+    if traces is not None and ir2vec is not None:
+        _check_trace_ir2vec(traces, ir2vec)
+    return Sources(warm, _vocab(config), traces, ir2vec)
+
+
+def _ir2vec(config: TrainConfig, warm: InliningPolicy | None) -> Path | None:
+    """The IR2Vec vocabulary file of the run, checked as clang would read it."""
+    if warm is not None:
+        return warm.ir2vec_vocab if warm.vocab.embeddings else None
+    if config.policy.ir2vec_vocab is None:
+        return None
+    from pymlgo.ir2vec.vocab_file import VocabFileError, load, warn_missing
+
+    path = Path(config.policy.ir2vec_vocab)
+    try:
+        warn_missing(load(path), str(path))
+    except VocabFileError as exc:
+        raise SourceError(f"policy.ir2vec_vocab: {exc}") from exc
+    return path.absolute()
+
+
+def _check_trace_ir2vec(traces: TraceSource, ir2vec: Path) -> None:
+    from pymlgo.ir2vec.vocab_file import file_sha256
+
+    traced = traces.info.get("ir2vec_sha256")
+    if traced != file_sha256(ir2vec):
+        made = ("without an IR2Vec vocabulary" if traced is None
+                else "with another IR2Vec vocabulary")
+        raise SourceError(f"{traces.directory} was traced {made}: the policy reads the "
+                          f"embeddings of {ir2vec}; trace again with `mlgo trace --policy "
+                          f"default --ir2vec {ir2vec}`")
 
 
 def _warm_start(config: TrainConfig) -> InliningPolicy | None:
@@ -207,18 +244,18 @@ def check_features(sources: Sources, config: TrainConfig, compiler_features: Seq
     decision)."""
     sent = set(compiler_features)
     if sources.warm is not None:
-        unknown = [f for f in sources.warm.vocab.features if f not in sent]
+        unknown = [f for f in sources.warm.vocab.raw_features if f not in sent]
         if unknown:
             raise SourceError(f"the warm-start policy {config.warmstart} reads features this "
                               f"compiler does not send: {', '.join(unknown)}")
     if vocab is None:
         return
-    unknown = [f for f in vocab.features if f not in sent]
+    unknown = [f for f in vocab.raw_features if f not in sent]
     if unknown:
         raise SourceError(f"{config.vocab} has features this compiler does not send: "
                           f"{', '.join(unknown)} (a vocab from another LLVM?)")
     needed = config.policy.features or (
-        *(f for f in compiler_features if f != DEFAULT_FEATURE),
+        *(f for f in compiler_features if f != DEFAULT_FEATURE and f not in EMBEDDING_FEATURES),
         *((DEFAULT_FEATURE,) if config.policy.reads_default else ()))
     if set(vocab.features) != set(needed):
         raise SourceError(

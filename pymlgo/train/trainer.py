@@ -20,7 +20,10 @@ Output directory layout:
   and the algorithm's own (`bc/...`, `ppo/...`, `es/...`, `dqn/...`); iteration 0 holds
   the starting policy's validation size and the bc warm start's scalars;
 - `ir2native-model.json` — with `partial_rewards = "ir2native"` and no model given: the
-  IR2Native model fitted on the training split's modules (reused on resume).
+  IR2Native model fitted on the training split's modules (reused on resume);
+- what the problem keeps for its compiles (`ProblemTraining.compile_options`): inlining's
+  `ir2vec.json`, the run's copy of its IR2Vec vocabulary (`policy.ir2vec_vocab`, or a warm
+  start's that reads embeddings), which every compile of the run passes to clang.
 
 An output directory that holds a checkpoint is resumed: the run continues at the next
 iteration with the saved state, and ends with the bytes an uninterrupted run would give.
@@ -409,7 +412,10 @@ def partial_reward_shaper(env: TrainEnv, model: IR2NativeModel,
                           say: Callable[[str], None]) -> IR2NativeShaper:
     """Switch `env` to compiles that report per-function estimates and decision callers;
     the shaper holds the -Oz estimates of every training module."""
-    env.spec = replace(env.spec, options=InliningOptions(estimator=model))
+    options = env.spec.options
+    if not isinstance(options, InliningOptions):
+        options = InliningOptions()
+    env.spec = replace(env.spec, options=replace(options, estimator=model))  # IR2Vec kept
     names = list(env.names)
     say(f"IR2Native estimates of -Oz on {len(names)} training modules")
     spec = replace(env.spec, policy=None, record=False)
@@ -511,7 +517,8 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
     change = f"{training.scoring.name}_change"  # scalar names: size_change/validation, ...
     spec = WorkSpec(problem=problem, clang=None if compiler.bundled else str(compiler.path),
                     timeout=options.timeout, edits=config.compile.flag_edits(),
-                    size_metric=config.size_metric)
+                    size_metric=config.size_metric,
+                    options=training.compile_options(out, sources))
     with _executor_for(options, executor) as ex:
         setup: Setup | None = _load_pickle(out / SETUP_FILE)
         if setup is not None:
@@ -521,6 +528,8 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                 f"{out} was set up for another configuration; use a new --output_dir "
                 f"(changed: {_diff(setup.identity, config.setup_identity())})"
             )
+        if setup is not None:  # saved by an earlier process; the directory may have moved
+            setup = replace(setup, initial=training.rebind(setup.initial, spec.options))
         if setup is None:
             setup = prepare(config, corpus, ex, compiler, spec, say, sources)
             _write_atomic(out / SETUP_FILE, pickle.dumps(setup, protocol=5))
@@ -535,6 +544,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
             algo.load_state_dict(checkpoint["algo"])
             iteration, elapsed = checkpoint["iteration"], checkpoint["elapsed"]
             best_it, best_change, best_policy = checkpoint["best"]
+            best_policy = training.rebind(best_policy, spec.options)
             # provenance as this run's: a budget raised on resume must not leave the old
             # one in best/ (an uninterrupted run with this budget would not have it)
             best_policy = _stamp(best_policy, config, best_it)
