@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +25,9 @@ from pymlgo.policy.vocab import build_vocab, load_vocab
 from pymlgo.problems.base import CompileJob
 from pymlgo.problems.inlining.policies import builtin_policy
 from tests.test_trace_corpus import InProcessExecutor
+from tests.test_trace_resume import tree
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*argv: str) -> int:
@@ -177,3 +186,60 @@ def test_vocab_command_on_a_directory_without_logs_fails_clearly(tmp_path, capsy
     assert run_cli("vocab", "--traces", str(tmp_path), "--output_dir", str(tmp_path / "v")) == 2
     assert "no trace logs" in capsys.readouterr().err
     assert not np.any([p.name == "vocab.json" for p in tmp_path.rglob("*")])
+
+
+def _journaled(partial: Path) -> int:
+    """Modules the journal holds whole (a kill may cut its last line)."""
+    try:
+        lines = (partial / "journal.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    count = 0
+    for line in lines:
+        try:
+            json.loads(line)
+            count += 1
+        except ValueError:
+            pass
+    return count
+
+
+def test_a_trace_command_killed_midway_resumes_and_ends_as_an_uninterrupted_run(
+    demo_corpus_dir, tmp_path, monkeypatch
+):
+    from pymlgo.corpus.format import load_corpus
+    from pymlgo.evaluate.eval import corpus_jobs
+
+    jobs = sorted(corpus_jobs(load_corpus(demo_corpus_dir)), key=lambda j: len(j.bitcode))
+    corpus = write_corpus(tmp_path / "corpus", [j.loaded() for j in jobs[:24]])
+    env = {**os.environ, "MLGO_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    out = tmp_path / "killed"
+    argv = [sys.executable, "-m", "pymlgo.cli.main", "trace", "--corpus", str(corpus),
+            "--output_dir", str(out), "--workers", "1"]
+    # own session, so SIGKILL takes the worker and its compiler too
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while _journaled(out.with_name("killed.partial")) < 3 and proc.poll() is None:
+            assert time.monotonic() < deadline, "no module traced within 10 minutes"
+            time.sleep(0.02)
+        assert proc.poll() is None, "the run finished before it could be killed"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not out.exists()
+    kept = _journaled(out.with_name("killed.partial"))
+
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"({kept} traced by a stopped run before)" in done.stdout
+    assert not out.with_name("killed.partial").exists()
+
+    monkeypatch.setenv("MLGO_CACHE_DIR", str(tmp_path / "cache-uninterrupted"))
+    reference = tmp_path / "uninterrupted"
+    assert run_cli("trace", "--corpus", str(corpus), "--output_dir", str(reference),
+                   "--workers", "1") == 0
+    assert tree(out) == tree(reference)
