@@ -3,6 +3,7 @@ the heuristic's traced objects are its -Oz baselines. Real bundled clang, real m
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -63,6 +64,16 @@ def tree(root: Path) -> dict[str, bytes]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def journaled(partial: Path) -> list[str]:
+    """The modules of a partial directory's journal, in order (cut lines skipped)."""
+    modules = []
+    with contextlib.suppress(FileNotFoundError):
+        for line in (partial / JOURNAL_FILE).read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                modules.append(json.loads(line)["module"])
+    return modules
+
+
 def trace(compiler: Compiler, jobs: Sequence[CompileJob], policy: str, out: Path, cache: Path,
           executor: InProcessExecutor | None = None, spec: WorkSpec | None = None
           ) -> TraceSummary:
@@ -83,20 +94,23 @@ def test_a_stopped_trace_resumes_compiling_only_the_missing_modules_and_ends_ide
         trace(compiler, minic_jobs, policy, out, cache, first)
     assert not out.exists()  # only a complete trace appears
     partial = partial_dir(out)
-    journaled = [json.loads(line)["module"]
-                 for line in (partial / JOURNAL_FILE).read_text().splitlines()]
-    assert journaled == list(first.traced) and len(journaled) == 2
+    assert journaled(partial) == list(first.traced) and len(first.traced) == 2
     # what a kill in the middle of a write leaves: a cut journal line, a temp file
     with open(partial / JOURNAL_FILE, "a") as f:
         f.write('{"module": "minic/')
     (partial / "trace" / "minic" / ".x.log.123.tmp").write_bytes(b"half")
 
-    second = CountingExecutor()
-    summary = trace(compiler, minic_jobs, policy, out, cache, second)
-    missing = {j.module for j in minic_jobs} - set(journaled)
-    assert set(second.traced) == missing and set(second.traced.values()) == {1}
-    assert second.baselines == Counter()  # cached by the first run, or the traced objects
-    assert summary.resumed == 2 and len(summary.traced) == len(minic_jobs)
+    second = CountingExecutor(stop_after=1)  # stopped again
+    with pytest.raises(Stopped):
+        trace(compiler, minic_jobs, policy, out, cache, second)
+    assert journaled(partial) == [*first.traced, *second.traced]
+
+    third = CountingExecutor()
+    summary = trace(compiler, minic_jobs, policy, out, cache, third)
+    missing = {j.module for j in minic_jobs} - set(first.traced) - set(second.traced)
+    assert set(third.traced) == missing and set(third.traced.values()) == {1}
+    assert second.baselines == third.baselines == Counter()  # cached, or the traced objects
+    assert summary.resumed == 3 and len(summary.traced) == len(minic_jobs)
     assert tree(out) == tree(reference)
     assert not partial.exists()
 

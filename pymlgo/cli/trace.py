@@ -9,6 +9,7 @@ from pathlib import Path
 from pymlgo.cli import common
 from pymlgo.evaluate.eval import corpus_jobs
 from pymlgo.evaluate.trace import HeuristicBaselineError, TraceSummary, trace_corpus
+from pymlgo.evaluate.trace_partial import partial_dir
 from pymlgo.policy.store import load_policy
 from pymlgo.problems.inlining.problem import INLINING, InliningOptions
 from pymlgo.protocol.features import FeatureMismatchError
@@ -165,5 +166,12 @@ def run(args: argparse.Namespace) -> int:
     except (FileExistsError, ValueError, ExecutorError, HeuristicBaselineError) as exc:
         print(f"mlgo trace: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        kept = partial_dir(args.output_dir)
+        if kept.is_dir():
+            print(f"mlgo trace: interrupted; the modules traced so far are kept in {kept}: "
+                  "the same command resumes", file=sys.stderr)
+            return 130
+        raise
     print(format_summary(summary))
     return 0 if summary.traced else 1

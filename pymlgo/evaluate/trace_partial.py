@@ -146,6 +146,12 @@ def _same(was: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
             == {k: v for k, v in now.items() if k != "policy"})
 
 
+def _ends_a_line(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
 class PartialTrace:
     """An open partial directory, locked for this run (a context manager)."""
 
@@ -170,6 +176,8 @@ class PartialTrace:
             self._check_identity()
             self.content.mkdir(exist_ok=True)
             self._journal = open(self.root / JOURNAL_FILE, "a", encoding="utf-8")
+            if self._journal.tell() and not _ends_a_line(self.root / JOURNAL_FILE):
+                self._journal.write("\n")  # a kill cut the last line: the next starts anew
         except BaseException:
             self.close()
             raise
