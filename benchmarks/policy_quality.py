@@ -403,14 +403,15 @@ def shared_trace(executor: Any, compiler: Compiler, corpus: Corpus, directory: P
     """clang's own decisions on every module of the snapshot, traced once (`mlgo trace
     --policy default`) and kept in `directory`: each fold's setup reads its training modules
     from it instead of compiling them again (the vocab and the warm start still see only the
-    fold's training modules)."""
+    fold's training modules). Resumable: a stopped run's traced modules are kept
+    (`DIRECTORY.partial/`) and the next run traces only the others."""
     from pymlgo.evaluate.trace import TRACE_FILE, trace_corpus
 
     if not (directory / TRACE_FILE).is_file():
         print(f"policy_quality: tracing clang's decisions on {len(corpus)} modules once "
               f"into {directory}", file=sys.stderr, flush=True)
         trace_corpus(executor, compiler, corpus_jobs(corpus), HeuristicPolicy(), directory,
-                     spec=spec, overwrite=True,
+                     spec=spec, overwrite=True, progress=True,
                      metadata={"policy_spec": "default", "corpus": str(corpus.root)})
     return directory
 

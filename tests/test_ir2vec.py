@@ -277,7 +277,7 @@ def test_a_saved_policy_carries_its_vocabulary_and_compiles_with_it(compiler, mi
 
 
 def test_mlgo_trace_with_a_vocabulary_logs_embeddings_that_mlgo_vocab_leaves_out(
-        minic_jobs, minic_counts, tmp_path, monkeypatch, capsys):
+        compiler, minic_jobs, minic_counts, tmp_path, monkeypatch, capsys):
     from pymlgo.evaluate.trace import load_traces
     from tests.test_trace_cli import run_cli, write_corpus
 
@@ -292,6 +292,13 @@ def test_mlgo_trace_with_a_vocabulary_logs_embeddings_that_mlgo_vocab_leaves_out
     assert logged and all(t.features["caller_embedding"].shape == (len(t), 7) for t in logged)
     info = json.loads((out / "trace.json").read_text())
     assert info["ir2vec_sha256"] == vocab_file.file_sha256(path)
+    # the traced objects stood for the -Oz baselines: embeddings do not change the object
+    from pymlgo.evaluate.trace import read_sizes
+    from pymlgo.problems.inlining.compile import compile_baseline
+
+    rows = read_sizes(out)
+    assert all(rows[j.module].baseline_bytes == compile_baseline(compiler, j).size
+               for j in minic_jobs)
     assert run_cli("vocab", "--traces", str(out), "--output_dir", str(tmp_path / "q")) == 0
     quantile = json.loads((tmp_path / "q" / "vocab.json").read_text())
     names = {f["name"] for f in quantile["features"]}

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +25,9 @@ from pymlgo.policy.vocab import build_vocab, load_vocab
 from pymlgo.problems.base import CompileJob
 from pymlgo.problems.inlining.policies import builtin_policy
 from tests.test_trace_corpus import InProcessExecutor
+from tests.test_trace_resume import journaled, tree
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*argv: str) -> int:
@@ -177,3 +186,69 @@ def test_vocab_command_on_a_directory_without_logs_fails_clearly(tmp_path, capsy
     assert run_cli("vocab", "--traces", str(tmp_path), "--output_dir", str(tmp_path / "v")) == 2
     assert "no trace logs" in capsys.readouterr().err
     assert not np.any([p.name == "vocab.json" for p in tmp_path.rglob("*")])
+
+
+@pytest.mark.parametrize("stop", ["SIGKILL", "SIGINT"])
+def test_a_trace_command_stopped_midway_resumes_and_ends_as_an_uninterrupted_run(
+    demo_corpus_dir, tmp_path, monkeypatch, stop
+):
+    from pymlgo.corpus.format import load_corpus
+    from pymlgo.evaluate.eval import corpus_jobs
+
+    jobs = sorted(corpus_jobs(load_corpus(demo_corpus_dir)), key=lambda j: len(j.bitcode))
+    corpus = write_corpus(tmp_path / "corpus", [j.loaded() for j in jobs[:16]])
+    env = {**os.environ, "MLGO_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    out = tmp_path / "stopped"
+    partial = out.with_name("stopped.partial")
+    argv = [sys.executable, "-m", "pymlgo.cli.main", "trace", "--corpus", str(corpus),
+            "--output_dir", str(out), "--workers", "1"]
+    # own session: the signal reaches the worker and its compiler too (as Ctrl-C in a
+    # terminal, or a machine going down)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while len(journaled(partial)) < 3 and proc.poll() is None:
+            assert time.monotonic() < deadline, "no module traced within 10 minutes"
+            time.sleep(0.02)
+        assert proc.poll() is None, "the run finished before it could be stopped"
+        os.killpg(proc.pid, getattr(signal, stop))
+        _, err = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    if stop == "SIGINT":
+        assert proc.returncode == 130 and f"kept in {partial}: the same command resumes" in err
+    assert not out.exists()
+    kept = len(journaled(partial))
+
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"({kept} traced by a stopped run before)" in done.stdout
+    assert not partial.exists()
+
+    monkeypatch.setenv("MLGO_CACHE_DIR", str(tmp_path / "cache-uninterrupted"))
+    reference = tmp_path / "uninterrupted"
+    assert run_cli("trace", "--corpus", str(corpus), "--output_dir", str(reference),
+                   "--workers", "1") == 0
+    assert tree(out) == tree(reference)
+
+
+def test_trace_command_refuses_a_stopped_trace_of_another_policy_and_says_how_to_start_over(
+    minic_jobs, compiler, tmp_path, isolated_cache, capsys
+):
+    from tests.test_trace_resume import CountingExecutor, Stopped
+
+    corpus = write_corpus(tmp_path / "corpus", minic_jobs)
+    out = tmp_path / "traces"
+    with pytest.raises(Stopped):
+        trace_corpus(CountingExecutor(stop_after=1), compiler, minic_jobs,
+                     builtin_policy("never"), out)
+    rc = run_cli("trace", "--corpus", str(corpus), "--policy", "always", "--output_dir",
+                 str(out), "--workers", "1")
+    err = capsys.readouterr().err
+    assert rc == 2 and '"never" there, "always" here' in err
+    assert f"rm -r {tmp_path / 'traces.partial'}" in err
+    assert not out.exists() and len(journaled(tmp_path / "traces.partial")) == 1

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from pymlgo.cli import common
 from pymlgo.evaluate.eval import corpus_jobs
-from pymlgo.evaluate.trace import TraceSummary, trace_corpus
+from pymlgo.evaluate.trace import HeuristicBaselineError, TraceSummary, trace_corpus
+from pymlgo.evaluate.trace_partial import partial_dir
 from pymlgo.policy.store import load_policy
 from pymlgo.problems import registry
 from pymlgo.problems.inlining.problem import InliningOptions
@@ -27,7 +28,14 @@ def register(sub: argparse._SubParsersAction) -> None:
             "OUTPUT_DIR/<module>.log (the compiler's features plus the decision as "
             "'inlining_decision'; every observation followed by the module's reward "
             "1 - policy_bytes/baseline_bytes, baseline = plain -Oz), OUTPUT_DIR/sizes.csv "
-            "and OUTPUT_DIR/trace.json. OUTPUT_DIR appears only once complete. "
+            "and OUTPUT_DIR/trace.json. OUTPUT_DIR appears only once complete. Resumable: "
+            "modules are traced into OUTPUT_DIR.partial/ and kept as they finish, so the "
+            "same command after a stop (Ctrl-C, kill, end of a session) compiles only the "
+            "modules not traced yet (failed ones again); a partial directory of another "
+            "policy, compiler, size metric, flags or --ir2vec vocabulary is refused (remove "
+            "it to start over). With the default policy each module compiles once: clang's "
+            "heuristic through the channel is plain -Oz to the byte, so its object is the "
+            "baseline too. "
             "Typical use: `mlgo trace --policy default` for behaviour cloning, then "
             "`mlgo vocab` on the result."
         ),
@@ -98,6 +106,7 @@ def format_summary(summary: TraceSummary) -> str:
     lines = [
         f"traced {len(traced)} of {len(summary.rows)} module(s) with {summary.policy}: "
         f"{sum(r.decisions for r in traced)} decisions -> {summary.directory}"
+        + (f" ({summary.resumed} traced by a stopped run before)" if summary.resumed else "")
     ]
     base = sum(r.baseline_bytes or 0 for r in traced)
     if base:
@@ -135,7 +144,6 @@ def run(args: argparse.Namespace) -> int:
         metadata["ir2vec_sha256"] = file_sha256(args.ir2vec)
     if override is not None:  # so `mlgo train --traces` can refuse other flags
         metadata["command_override"] = list(override)
-    bar, on_result = common.progress(2 * len(jobs), f"trace {policy.name}")
     try:
         # None lets the backend choose (all local cores; a shared pool's own size).
         workers = None if args.workers is None else common.default_workers(args.workers)
@@ -149,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
                 spec=spec,
                 overwrite=args.overwrite,
                 metadata=metadata,
-                on_result=on_result,
+                progress=True,
             )
     except FeatureMismatchError as exc:
         print(
@@ -157,10 +165,15 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    except (FileExistsError, ValueError, ExecutorError) as exc:
+    except (FileExistsError, ValueError, ExecutorError, HeuristicBaselineError) as exc:
         print(f"mlgo trace: {exc}", file=sys.stderr)
         return 2
-    finally:
-        bar.close()
+    except KeyboardInterrupt:
+        kept = partial_dir(args.output_dir)
+        if kept.is_dir():
+            print(f"mlgo trace: interrupted; the modules traced so far are kept in {kept}: "
+                  "the same command resumes", file=sys.stderr)
+            return 130
+        raise
     print(format_summary(summary))
     return 0 if summary.traced else 1

@@ -11,33 +11,41 @@ A trace directory holds, for a corpus and a policy:
   replace, add) when the compiles ran with flag edits, and whatever `metadata` the caller
   adds.
 
-The directory appears only when complete: everything is written into a temporary sibling
-that is renamed at the end, so a failed or interrupted run leaves nothing behind.
+The directory appears only when complete. Until then the run works in `OUTPUT_DIR.partial/`
+(`trace_partial`): each module's log is written as its result arrives and journaled, so a
+stopped run resumes where it stopped, and the finished directory is the same, byte for
+byte, as an uninterrupted run's. It is renamed into place at the end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pymlgo.corpus.command import FlagEdits
-from pymlgo.evaluate.baseline import BaselineCache, baseline_results
+from pymlgo.evaluate.baseline import BaselineCache, baseline_key, baseline_results, baseline_spec
+from pymlgo.evaluate.trace_partial import PartialTrace, input_digest, trace_identity
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Trajectory
+from pymlgo.problems.inlining.compile import SIZE_STOP_KEY
+from pymlgo.problems.inlining.policies import HeuristicPolicy
 from pymlgo.problems.inlining.problem import INLINING
 from pymlgo.protocol.channel import REWARD_SPEC, ChannelSession, Decision, session_to_log
 from pymlgo.protocol.log import Header, read_log_columns
 from pymlgo.protocol.tensor_spec import C_TYPES, TensorSpec
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.files import write_atomic
 from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
 from pymlgo.workers.protocol import Executor, WorkSpec
 
@@ -77,6 +85,7 @@ class TraceSummary:
     rows: tuple[TraceRow, ...]
     metadata: Mapping[str, Any]
     size_metric: str = DEFAULT_SIZE_METRIC
+    resumed: int = 0  # modules a stopped run had traced (not in trace.json: same bytes)
 
     @property
     def traced(self) -> tuple[TraceRow, ...]:
@@ -164,13 +173,23 @@ def trace_corpus(
     overwrite: bool = False,
     cache: BaselineCache | None = None,
     metadata: Mapping[str, Any] | None = None,
-    on_result: Callable[[ModuleResult], None] | None = None,
+    progress: bool = False,
 ) -> TraceSummary:
     """Trace `policy` on `jobs` into `output_dir` (see the module docstring).
 
-    Baselines come from the on-disk cache or are compiled first. A module whose baseline or
-    policy compile fails gets a `sizes.csv` row with its error and no log; the run goes on.
+    Resumable: modules are traced into `OUTPUT_DIR.partial/` and journaled one by one; a
+    run stopped anywhere is resumed by the same call, which compiles only the modules not
+    yet traced without error (failed ones get another chance) and ends with the bytes an
+    uninterrupted run writes. A partial directory of another policy, compiler, size
+    metric, flag edits or problem options is refused (`PartialTraceError`).
+
+    Baselines come from the on-disk cache or are compiled first. When `policy` is clang's
+    own (`HeuristicPolicy`), its compile through the channel is plain -Oz to the byte, so a
+    module's traced object is its baseline (and goes into the cache); a cached baseline
+    that differs raises `HeuristicBaselineError`. A module whose baseline or policy compile
+    fails gets a `sizes.csv` row with its error and no log; the run goes on.
     `FeatureMismatchError` (the policy cannot run on this compiler) aborts the run.
+    `progress` shows a bar on stderr: modules traced (resumed ones included) and failures.
     """
     output_dir = Path(output_dir)
     names = [job.module for job in jobs]
@@ -184,50 +203,212 @@ def trace_corpus(
         raise FileExistsError(f"{output_dir} exists and is not empty (remove it, or overwrite)")
 
     base = spec if spec is not None else WorkSpec()
-    traced_spec = WorkSpec(
-        problem=base.problem,
-        clang=base.clang,
-        policy=policy,
-        record=True,
-        timeout=base.timeout,
-        edits=base.edits,
-        size_metric=base.size_metric,
-        options=base.options,  # e.g. an IR2Vec vocabulary: the logs then hold embeddings
-    )
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.tmp-"))
-    try:
-        baselines: dict[str, ModuleResult] = {}
-        for res in baseline_results(executor, jobs, compiler, spec=base, cache=cache):
-            baselines[res.module] = res
-            if on_result:
-                on_result(res)
-        rows: dict[str, TraceRow] = {}
-        for res in executor.run(traced_spec, list(jobs)):
-            rows[res.module] = _record(tmp, res, baselines.get(res.module))
-            if on_result:
-                on_result(res)
-        ordered = tuple(
-            rows.get(n) or TraceRow(n, None, None, 0, "no result") for n in sorted(names)
-        )
+    traced_spec = replace(base, policy=policy, record=True)  # options too: e.g. IR2Vec
+    cache = cache or BaselineCache()
+    identity = trace_identity(compiler, policy, base, edits_json(base.edits))
+    with PartialTrace(output_dir, identity) as partial:
+        try:
+            rows, resumed = _trace_into(partial, executor, compiler, jobs, policy, base,
+                                        traced_spec, cache, progress)
+        except BaseException:
+            if partial.empty:  # nothing worth resuming: leave nothing behind
+                partial.remove()
+            raise
+        ordered = tuple(rows.get(n) or TraceRow(n, None, None, 0, "no result")
+                        for n in sorted(names))
         recorded = dict(metadata or {})
         if edits_json(base.edits) is not None:
             recorded["edits"] = edits_json(base.edits)  # so a trainer can refuse other flags
         summary = TraceSummary(output_dir, policy.name, compiler.describe(), ordered, recorded,
-                               base.size_metric)
-        _write_sizes(tmp / SIZES_FILE, ordered)
-        (tmp / TRACE_FILE).write_text(
+                               base.size_metric, resumed)
+        content = partial.content
+        _keep_only_logs(content, {r.module for r in ordered if r.error is None})
+        _write_sizes(content / SIZES_FILE, ordered)
+        (content / TRACE_FILE).write_text(
             json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n"
         )
-        _commit(tmp, output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        _commit(content, output_dir)
+        partial.remove()
     return summary
 
 
+class HeuristicBaselineError(RuntimeError):
+    """clang's heuristic through the channel gave another object than plain -Oz: the
+    invariant the heuristic trace's baselines rest on is broken."""
+
+
+def _trace_into(
+    partial: PartialTrace,
+    executor: Executor,
+    compiler: Compiler,
+    jobs: Sequence[CompileJob],
+    policy: Policy,
+    base: WorkSpec,
+    traced_spec: WorkSpec,
+    cache: BaselineCache,
+    progress: bool,
+) -> tuple[dict[str, TraceRow], int]:
+    """Trace the modules `partial` has not finished: every module's row, by name, and how
+    many of them the journal had."""
+    rows: dict[str, TraceRow] = {}
+    digests: dict[str, str] = {}
+    for job in jobs:
+        # A file gone since the corpus was loaded has no digest: its compiles report it.
+        with contextlib.suppress(OSError):
+            digests[job.module] = input_digest(job)
+    journal = partial.finished()
+    todo: list[CompileJob] = []
+    for job in jobs:
+        entry = journal.get(job.module)
+        row = _row_of(entry[1]) if entry is not None else None
+        if (entry is not None and row is not None and row.error is None
+                and entry[0] == digests.get(job.module)
+                and module_log_path(partial.content, job.module).is_file()):
+            rows[job.module] = row
+        else:
+            todo.append(job)
+    resumed = len(rows)
+    bar: Any = None
+    failures = 0
+
+    def finish(res: ModuleResult, baseline: ModuleResult | None) -> None:
+        nonlocal failures
+        row = _record(partial.content, res, baseline)
+        rows[row.module] = row
+        if row.module in digests:  # an unreadable module is never journaled: retried
+            partial.record(row.module, digests[row.module], _row_json(row))
+        if bar is not None:
+            if row.error:
+                failures += 1
+                bar.set_postfix(failed=failures)
+            bar.update(1)
+
+    if not todo:
+        return rows, resumed
+    heuristic = isinstance(policy, HeuristicPolicy) and base.problem.name == INLINING.name
+    baselines = {} if heuristic else _baselines(executor, compiler, todo, base, cache, progress)
+    try:
+        if progress:
+            bar = _bar(len(jobs), resumed, f"trace {policy.name}")
+        if heuristic:
+            _trace_heuristic(executor, compiler, todo, base, traced_spec, cache, finish)
+        else:
+            for res in executor.run(traced_spec, todo):
+                finish(res, baselines.get(res.module))
+    finally:
+        if bar is not None:
+            bar.close()
+    return rows, resumed
+
+
+def _baselines(executor: Executor, compiler: Compiler, jobs: Sequence[CompileJob],
+               base: WorkSpec, cache: BaselineCache, progress: bool
+               ) -> dict[str, ModuleResult]:
+    """Every job's baseline, cached or compiled (on a bar of its own)."""
+    bar = _bar(len(jobs), 0, f"{base.problem.baseline_label} baselines") if progress else None
+    out: dict[str, ModuleResult] = {}
+    try:
+        for res in baseline_results(executor, jobs, compiler, spec=base, cache=cache):
+            out[res.module] = res
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return out
+
+
+def _trace_heuristic(
+    executor: Executor,
+    compiler: Compiler,
+    todo: Sequence[CompileJob],
+    base: WorkSpec,
+    traced_spec: WorkSpec,
+    cache: BaselineCache,
+    finish: Callable[[ModuleResult, ModuleResult | None], None],
+) -> None:
+    """clang's own decisions: each traced compile is its module's -Oz baseline too.
+
+    Only a traced compile that worked and was not cut short by the ML advisor's size stop
+    (past it clang refuses call sites its heuristic would inline) stands for -Oz; the other
+    modules get a baseline compile of their own, as for any policy."""
+    base_spec = baseline_spec(base)
+    keys: dict[str, str] = {}
+    for job in todo:
+        with contextlib.suppress(OSError):  # an unreadable module fails both compiles
+            keys[job.module] = baseline_key(compiler, base_spec, job)
+    by_name = {job.module: job for job in todo}
+    pending: dict[str, ModuleResult] = {}
+    for res in executor.run(traced_spec, list(todo)):
+        key = keys.get(res.module)
+        cached = None if key is None else cache.result(key, res.module, base_spec.size_metric)
+        if not res.ok or res.sizes is None or res.extra.get(SIZE_STOP_KEY):
+            if cached is not None:
+                finish(res, cached)
+            else:
+                pending[res.module] = res
+            continue
+        if cached is not None and cached.sizes != res.sizes:
+            raise HeuristicBaselineError(
+                f"{res.module}: clang's heuristic through the channel gave {res.sizes}, "
+                f"but plain {base.problem.baseline_label} (cached in {cache.root}) gave "
+                f"{cached.sizes}: they must be the same object; check the compiler "
+                f"({compiler.path}) and the channel flags")
+        baseline = cached
+        if baseline is None:
+            baseline = ModuleResult(res.module, res.sizes.metric(base_spec.size_metric),
+                                    sizes=res.sizes)
+            if key is not None:
+                cache.keep(key, base_spec, baseline)
+        finish(res, baseline)
+    if pending:
+        for b in baseline_results(executor, [by_name[m] for m in pending], compiler,
+                                  spec=base, cache=cache):
+            finish(pending.pop(b.module), b)
+    for res in pending.values():  # no baseline result at all
+        finish(res, None)
+
+
+def _bar(total: int, done: int, desc: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, desc=desc, unit="mod", file=sys.stderr,
+                dynamic_ncols=True)
+
+
+def _row_json(row: TraceRow) -> dict[str, Any]:
+    return {"baseline_bytes": row.baseline_bytes, "policy_bytes": row.policy_bytes,
+            "decisions": row.decisions, "error": row.error, "module": row.module}
+
+
+def _row_of(doc: Mapping[str, Any]) -> TraceRow | None:
+    """A journaled row, or None if it is not one."""
+    try:
+        return TraceRow(str(doc["module"]), _int_or_none(doc["baseline_bytes"]),
+                        _int_or_none(doc["policy_bytes"]), int(doc["decisions"]),
+                        None if doc["error"] is None else str(doc["error"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _int_or_none(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _keep_only_logs(root: Path, modules: set[str]) -> None:
+    """Remove every file but the logs of `modules`: logs of modules no longer in the job
+    list, and temp files of writes a kill cut short."""
+    keep = {module_log_path(root, m) for m in modules}
+    for path in [p for p in root.rglob("*") if not p.is_dir()]:
+        if path not in keep:
+            path.unlink()
+    for d in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+        with contextlib.suppress(OSError):
+            d.rmdir()  # only empty ones go
+
+
 def _record(root: Path, res: ModuleResult, base: ModuleResult | None) -> TraceRow:
-    """Write one module's log (if both compiles worked) and return its row."""
+    """Write one module's log (if both compiles worked), atomically, and return its row."""
     base_bytes = base.size if base is not None and base.ok else None
     errors = []
     if base is None:
@@ -243,11 +424,12 @@ def _record(root: Path, res: ModuleResult, base: ModuleResult | None) -> TraceRo
             f"baseline has no code but the policy's has {res.size} bytes: no relative reward"
         )
     row = TraceRow(res.module, base_bytes, res.size, res.decisions, "; ".join(errors) or None)
+    path = module_log_path(root, res.module)
     if row.error is None:
         assert res.trajectory is not None and row.reward is not None
-        path = module_log_path(root, res.module)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(trajectory_log_bytes(res.trajectory, row.reward))
+        write_atomic(path, trajectory_log_bytes(res.trajectory, row.reward))
+    else:
+        path.unlink(missing_ok=True)  # an earlier attempt's log
     return row
 
 
