@@ -93,6 +93,7 @@ def test_recipes_cover_exactly_the_allowed_training_packages() -> None:
     for recipe in RECIPES.values():
         assert set(recipe.deps) <= set(RECIPES)
         assert not set(recipe.headers) & set(RECIPES)  # headers only from off the list
+        assert not set(recipe.helpers) & set(RECIPES)  # as are helper builds
         flat = [a for step in recipe.steps for a in step]
         # Every recipe builds at -Oz: through CMake's MinSizeRel flags, or CFLAGS for the
         # configure/make ones (set by build_package, or by the recipe's own env).
@@ -106,6 +107,7 @@ def test_recipe_key_changes_with_the_recipe() -> None:
     assert a.key() == Recipe("x", "c", (("make",),)).key()
     assert a.key() != Recipe("x", "c", (("make", "-j2"),)).key()
     assert a.key() != Recipe("x", "c", (("make",),), headers=("h",)).key()
+    assert a.key() != Recipe("x", "c", (("make",),), helpers=("h",)).key()
 
 
 def test_a_package_becomes_a_sub_corpus_named_by_the_package(
@@ -400,6 +402,45 @@ def test_optional_steps_may_fail_and_are_recorded(src_cache: Path, tmp_path: Pat
     assert res.status == "built" and res.modules == 2
     info = json.loads((tmp_path / "c" / "tiny" / INFO_FILE).read_text())
     assert info["optional_steps_failed"] == ["make no-such-target"]
+
+
+def test_a_helper_package_is_built_in_deps_and_none_of_its_code_is_a_module(
+    src_cache: Path, tmp_path: Path
+) -> None:
+    # A helper (a package off the allowlist the build needs compiled, as openexr needs
+    # Imath) is fetched like a dependency; what the recipe compiles of it in _deps/ is
+    # not the package's code.
+    write_tree(src_cache / "helper" / "helper-1.0", {
+        "debian/control": "", "helper.c": "int helper_twice(int x) { return 2 * x; }\n"})
+    recipes = {"tiny": Recipe("tiny", "c", (
+        ("mkdir", "-p", "_deps"),
+        ("sh", "-c", "$CC -Oz -c {dep_helper}/helper.c -o _deps/helper.o"),
+        ("make", "DEP={dep_dep}", "libtiny.a")), deps=("dep",), helpers=("helper",))}
+    config = DebianConfig(output_dir=tmp_path / "c", src_cache=src_cache,
+                          build_root=tmp_path / "build", progress=False)
+    (res,) = build_debian_corpora(["tiny"], config, recipes=recipes,
+                                  fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    assert res.status == "built", res.error  # the helper compiled (a failing step fails)
+    assert "helper-1.0/helper.c" in (tmp_path / "c" / "_logs" / "tiny.log").read_text()
+    assert sorted(m.name for m in load_corpus(tmp_path / "c").modules) == [
+        "tiny/src/add", "tiny/src/mul"]  # ... and is not a module
+
+
+@pytest.mark.skipif(not (Path.home() / ".cache/pymlgo/src/harfbuzz").is_dir(),
+                    reason="needs the cached harfbuzz source package (apt-get source harfbuzz)")
+def test_harfbuzz_compiles_each_source_instead_of_its_amalgamation(tmp_path: Path) -> None:
+    (tree,) = (Path.home() / ".cache/pymlgo/src/harfbuzz").glob("harfbuzz-*")
+    shutil.copy(tree / "CMakeLists.txt", tmp_path)
+    (step,) = [s for s in RECIPES["harfbuzz"].steps if s[0] == "sed"]
+    subprocess.run([a.format() for a in step], cwd=tmp_path, check=True)
+    text = (tmp_path / "CMakeLists.txt").read_text()
+    assert "src/harfbuzz.cc" not in text
+    assert "set (project_sources ${HB_BASE_sources})" in text
+    # The list it reads names the sources one by one, as harfbuzz.cc #includes them.
+    listed = (tree / "src" / "Makefile.sources").read_text().split("HB_BASE_sources =")[1]
+    amalgam = (tree / "src" / "harfbuzz.cc").read_text()
+    sources = [w for w in listed.split("$(NULL)")[0].split() if w.endswith(".cc")]
+    assert len(sources) > 40 and all(f'"{s}"' in amalgam for s in sources)
 
 
 def test_cli_help_explains_all_and_unity() -> None:

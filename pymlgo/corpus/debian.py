@@ -700,7 +700,8 @@ def build_debian_corpora(
             step = "fetch"
             try:
                 tree = fetch(pkg, config.src_cache)
-                deps = {d: fetch(d, config.src_cache) for d in (*recipe.deps, *recipe.headers)}
+                deps = {d: fetch(d, config.src_cache)
+                        for d in (*recipe.deps, *recipe.headers, *recipe.helpers)}
                 step = "build"
                 _say(config.progress, f"{tag}: building {tree.name} ({recipe.language}"
                      f"{', ' + recipe.note if recipe.note else ''})")
