@@ -442,6 +442,36 @@ def test_harfbuzz_compiles_each_source_instead_of_its_amalgamation(tmp_path: Pat
     sources = [w for w in listed.split("$(NULL)")[0].split() if w.endswith(".cc")]
     assert len(sources) > 40 and all(f'"{s}"' in amalgam for s in sources)
 
+    # The test programs meson builds are appended as targets; each names a real source.
+    (append,) = [s for s in RECIPES["harfbuzz"].steps if "mlgo-hb-tests" in s[-1]]
+    subprocess.run([a.format() for a in append], cwd=tmp_path, check=True)
+    text = (tmp_path / "CMakeLists.txt").read_text()
+    names = text.split("foreach (source ")[-1].split(")")[0].split()
+    assert len(names) == 25
+    assert all((tree / "src" / f"{n}.cc").is_file() for n in names)
+    assert "mlgo-hb-tests" in RECIPES["harfbuzz"].extra[0]  # best effort: may fail
+
+
+@pytest.mark.skipif(not (Path.home() / ".cache/pymlgo/src/abseil").is_dir(),
+                    reason="needs the cached abseil source package (apt-get source abseil)")
+def test_abseils_benchmarks_are_compiled_one_by_one_and_may_fail(tmp_path: Path) -> None:
+    (tree,) = (Path.home() / ".cache/pymlgo/src/abseil").glob("abseil-*")
+    shutil.copytree(tree / "absl", tmp_path / "absl")
+    (step,) = [s for s in RECIPES["abseil"].extra if "benchmark" in s[-1]]
+    argv = [a.format(dep_benchmark="B", dep_googletest="G") for a in step]
+    # A compiler that echoes its arguments and fails: every source is still tried.
+    fake = tmp_path / "cxx"
+    fake.write_text('#!/bin/sh\necho "$@"\nexit 1\n')
+    fake.chmod(0o755)
+    out = subprocess.run(argv, cwd=tmp_path, env={**os.environ, "CXX": str(fake)},
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    compiles = [line for line in out if line.startswith("-std=c++17")]
+    assert len(compiles) >= 40 and len(compiles) == sum(
+        line.startswith("not compiled: ") for line in out)
+    first = compiles[0].split()
+    assert "-Oz" in first and "B/include" in first and first[-4] == "-c"
+    assert first[-1] == f"{BUILD_DIR}/benchmarks/absl/algorithm/equal_benchmark.o"
+
 
 def test_cli_help_explains_all_and_unity() -> None:
     proc = subprocess.run([sys.executable, "-m", "pymlgo.cli.corpus", "debian", "--help"],

@@ -225,6 +225,17 @@ _OPENEXR_OPTS = (
     "-DOPENEXR_INSTALL_PKG_CONFIG=OFF", "-DDOCS=OFF",
 )
 
+# abseil's CMake defines no benchmark targets (only its Bazel build does): each benchmark
+# source is compiled on its own, as the tests are, against benchmark's and googletest's
+# headers. Compiled only, never linked; one that does not compile is left out.
+_ABSL_BENCHMARKS = shell(_brace(
+    "for f in $(find absl -name '*benchmark*.cc' | sort); do "
+    "o=" + BUILD_DIR + "/benchmarks/${f%.cc}.o; mkdir -p ${o%/*}; "
+    "$CXX -std=c++17 " + OPT_LEVEL + " -DNDEBUG -DNOMINMAX -w -I. ") +
+    "-isystem {dep_benchmark}/include -isystem {dep_googletest}/googletest/include "
+    "-isystem {dep_googletest}/googlemock/include -c $f -o $o || echo \"not compiled: $f\"; "
+    "done")
+
 # harfbuzz 6's CMake compiles the amalgamation src/harfbuzz.cc (every source #included in
 # one file); its meson build, which Debian uses, compiles each source on its own. The
 # sources come from the same list in src/Makefile.sources that the CMake reads for the others.
@@ -233,6 +244,27 @@ _HB_PER_SOURCE = ("sed", "-i", _brace(
     r"extract_make_variable(HB_BASE_sources ${SRCSOURCES})\n"
     r"add_prefix_to_list(HB_BASE_sources \"${PROJECT_SOURCE_DIR}/src/\")\n"
     r"set (project_sources ${HB_BASE_sources})|"), "CMakeLists.txt")
+# The test programs of src/meson.build (Debian's build compiles and runs them), as CMake
+# targets outside `all`, built by the best-effort `mlgo-hb-tests`; the unit tests with
+# -DMAIN -UNDEBUG as meson compiles them. Their second sources (hb-static.cc, ...) are the
+# library's own.
+_HB_TEST_PROGRAMS = shell(_brace("""cat >> CMakeLists.txt <<'MLGO'
+add_custom_target(mlgo-hb-tests)
+foreach (source main test test-buffer-serialize test-ot-meta test-ot-name test-ot-glyphname
+    test-gpos-size-params test-gsub-would-substitute test-use-table
+    test-algs test-array test-iter test-machinery test-map test-multimap test-number hb-ot-tag
+    test-priority-queue test-repacker graph/test-classdef-graph test-set test-serialize
+    test-unicode-ranges test-vector test-bimap)
+  get_filename_component(name ${source} NAME)
+  add_executable(mlgo-${name} EXCLUDE_FROM_ALL src/${source}.cc)
+  target_link_libraries(mlgo-${name} harfbuzz)
+  add_dependencies(mlgo-hb-tests mlgo-${name})
+  if (NOT name MATCHES "^(main|test|test-buffer-serialize|test-ot-.*|test-g.*|test-use-table)$")
+    target_compile_definitions(mlgo-${name} PRIVATE MAIN)
+    target_compile_options(mlgo-${name} PRIVATE -UNDEBUG)
+  endif ()
+endforeach ()
+MLGO"""))
 
 
 RECIPES: dict[str, Recipe] = {r.package: r for r in (
@@ -511,8 +543,10 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                                   "-DABSL_USE_EXTERNAL_GOOGLETEST=OFF",
                                   "-DABSL_USE_GOOGLETEST_HEAD=OFF",
                                   "-DABSL_LOCAL_GOOGLETEST_DIR={dep_googletest}"),
-                  cmake_build(keep_going=True)),
-           deps=("googletest",), exclude=_NOT_THEIR_GTEST, note="all libraries, then tests"),
+                  cmake_build(keep_going=True), _ABSL_BENCHMARKS),
+           deps=("googletest", "benchmark"), exclude=_NOT_THEIR_GTEST,
+           note="all libraries, then tests and benchmarks (googletest and benchmark headers "
+           "from their source packages)"),
     Recipe("double-conversion", "c++", cmake(),
            extra=(cmake_configure("-DBUILD_TESTING=ON"), cmake_build(keep_going=True))),
     Recipe("gflags", "c++", cmake("-DBUILD_STATIC_LIBS=ON", "-DBUILD_gflags_nothreads_LIB=OFF"),
@@ -590,11 +624,12 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                "-DCMAKE_CXX_FLAGS=-I{src}/3rdparty")),
         note="libtag, the C bindings and examples (utfcpp: the tarball's copy); tests need "
         "cppunit"),
-    Recipe("harfbuzz", "c++", (_HB_PER_SOURCE, *cmake(
+    Recipe("harfbuzz", "c++", (_HB_PER_SOURCE, _HB_TEST_PROGRAMS, *cmake(
         "-DHB_BUILD_SUBSET=ON", "-DHB_HAVE_FREETYPE=OFF", "-DHB_HAVE_GLIB=OFF",
         "-DHB_HAVE_ICU=OFF", "-DHB_BUILD_TESTS=OFF")),
+           extra=(cmake_build("mlgo-hb-tests", keep_going=True),),
            note="harfbuzz (each source compiled on its own, as Debian's meson build does, "
-           "not the amalgamation) and harfbuzz-subset"),
+           "not the amalgamation), harfbuzz-subset, then the test programs meson builds"),
     Recipe("graphite2", "c++", cmake("-DGRAPHITE2_COMPARE_RENDERER=OFF"),
            extra=(cmake_configure("-DGRAPHITE2_COMPARE_RENDERER=OFF", "-DBUILD_TESTING=ON"),
                   cmake_build(keep_going=True))),
