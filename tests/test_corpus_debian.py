@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -450,6 +451,24 @@ def test_harfbuzz_compiles_each_source_instead_of_its_amalgamation(tmp_path: Pat
     assert len(names) == 25
     assert all((tree / "src" / f"{n}.cc").is_file() for n in names)
     assert "mlgo-hb-tests" in RECIPES["harfbuzz"].extra[0]  # best effort: may fail
+
+
+@pytest.mark.skipif(not (Path.home() / ".cache/pymlgo/src/spdlog").is_dir(),
+                    reason="needs the cached spdlog source package (apt-get source spdlog)")
+def test_spdlogs_tests_include_the_catch_header_of_its_own_tarball(tmp_path: Path) -> None:
+    (tree,) = (Path.home() / ".cache/pymlgo/src/spdlog").glob("spdlog-*")
+    shutil.copytree(tree / "tests", tmp_path / "tests")
+    (step,) = [s for s in RECIPES["spdlog"].extra if s[0] == "sed"]
+    subprocess.run([a.format() for a in step], cwd=tmp_path, check=True)
+    for name in ("includes.h", "main.cpp"):
+        text = (tmp_path / "tests" / name).read_text()
+        assert '#include "catch.hpp"' in text and "catch2/" not in text
+    assert (tmp_path / "tests" / "catch.hpp").is_file()  # found beside the includer
+    # main.cpp is Catch2's implementation, not spdlog's code: never a module.
+    assert re.search(RECIPES["spdlog"].exclude,
+                     f"{BUILD_DIR}/tests/CMakeFiles/spdlog-utests.dir/main.cpp.o")
+    assert not re.search(RECIPES["spdlog"].exclude,
+                         f"{BUILD_DIR}/tests/CMakeFiles/spdlog-utests.dir/test_misc.cpp.o")
 
 
 @pytest.mark.skipif(not (Path.home() / ".cache/pymlgo/src/abseil").is_dir(),

@@ -4,9 +4,10 @@ Each package is fetched once with `apt-get source` into `<cache>/src/<pkg>/` (ne
 `deb-src` line in the APT sources), copied to a scratch directory, and built through
 `capture` (bundled clang, fixed target and baseline CPU, embedded bitcode) with a small
 recipe (`debian_recipes`): C packages build their library, C++ packages also their tools
-and tests where those build offline; static, no docs, at -Oz. Each package becomes the sub-corpus `OUT/<pkg>/`, and the sub-corpora are combined
-into `OUT/`, so every module name starts with its package (`zlib/adler32`): the package is
-the first path component, which is what train/held-out splits go by.
+and tests where those build offline; static, no docs, at -Oz. Each package becomes the
+sub-corpus `OUT/<pkg>/`, and the sub-corpora are combined into `OUT/`, so every module name
+starts with its package (`zlib/adler32`): the package is the first path component, which is
+what train/held-out splits go by.
 
 A package whose sub-corpus already exists with the same recipe and compiler is skipped.
 """
