@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -93,6 +94,7 @@ def test_recipes_cover_exactly_the_allowed_training_packages() -> None:
     for recipe in RECIPES.values():
         assert set(recipe.deps) <= set(RECIPES)
         assert not set(recipe.headers) & set(RECIPES)  # headers only from off the list
+        assert not set(recipe.helpers) & set(RECIPES)  # as are helper builds
         flat = [a for step in recipe.steps for a in step]
         # Every recipe builds at -Oz: through CMake's MinSizeRel flags, or CFLAGS for the
         # configure/make ones (set by build_package, or by the recipe's own env).
@@ -106,6 +108,7 @@ def test_recipe_key_changes_with_the_recipe() -> None:
     assert a.key() == Recipe("x", "c", (("make",),)).key()
     assert a.key() != Recipe("x", "c", (("make", "-j2"),)).key()
     assert a.key() != Recipe("x", "c", (("make",),), headers=("h",)).key()
+    assert a.key() != Recipe("x", "c", (("make",),), helpers=("h",)).key()
 
 
 def test_a_package_becomes_a_sub_corpus_named_by_the_package(
@@ -400,6 +403,93 @@ def test_optional_steps_may_fail_and_are_recorded(src_cache: Path, tmp_path: Pat
     assert res.status == "built" and res.modules == 2
     info = json.loads((tmp_path / "c" / "tiny" / INFO_FILE).read_text())
     assert info["optional_steps_failed"] == ["make no-such-target"]
+
+
+def test_a_helper_package_is_built_in_deps_and_none_of_its_code_is_a_module(
+    src_cache: Path, tmp_path: Path
+) -> None:
+    # A helper (a package off the allowlist the build needs compiled, as openexr needs
+    # Imath) is fetched like a dependency; what the recipe compiles of it in _deps/ is
+    # not the package's code.
+    write_tree(src_cache / "helper" / "helper-1.0", {
+        "debian/control": "", "helper.c": "int helper_twice(int x) { return 2 * x; }\n"})
+    recipes = {"tiny": Recipe("tiny", "c", (
+        ("mkdir", "-p", "_deps"),
+        ("sh", "-c", "$CC -Oz -c {dep_helper}/helper.c -o _deps/helper.o"),
+        ("make", "DEP={dep_dep}", "libtiny.a")), deps=("dep",), helpers=("helper",))}
+    config = DebianConfig(output_dir=tmp_path / "c", src_cache=src_cache,
+                          build_root=tmp_path / "build", progress=False)
+    (res,) = build_debian_corpora(["tiny"], config, recipes=recipes,
+                                  fetch=lambda pkg, cache: fetch_source(pkg, cache))
+    assert res.status == "built", res.error  # the helper compiled (a failing step fails)
+    assert "helper-1.0/helper.c" in (tmp_path / "c" / "_logs" / "tiny.log").read_text()
+    assert sorted(m.name for m in load_corpus(tmp_path / "c").modules) == [
+        "tiny/src/add", "tiny/src/mul"]  # ... and is not a module
+
+
+@pytest.mark.skipif(not (Path.home() / ".cache/pymlgo/src/harfbuzz").is_dir(),
+                    reason="needs the cached harfbuzz source package (apt-get source harfbuzz)")
+def test_harfbuzz_compiles_each_source_instead_of_its_amalgamation(tmp_path: Path) -> None:
+    (tree,) = (Path.home() / ".cache/pymlgo/src/harfbuzz").glob("harfbuzz-*")
+    shutil.copy(tree / "CMakeLists.txt", tmp_path)
+    (step,) = [s for s in RECIPES["harfbuzz"].steps if s[0] == "sed"]
+    subprocess.run([a.format() for a in step], cwd=tmp_path, check=True)
+    text = (tmp_path / "CMakeLists.txt").read_text()
+    assert "src/harfbuzz.cc" not in text
+    assert "set (project_sources ${HB_BASE_sources})" in text
+    # The list it reads names the sources one by one, as harfbuzz.cc #includes them.
+    listed = (tree / "src" / "Makefile.sources").read_text().split("HB_BASE_sources =")[1]
+    amalgam = (tree / "src" / "harfbuzz.cc").read_text()
+    sources = [w for w in listed.split("$(NULL)")[0].split() if w.endswith(".cc")]
+    assert len(sources) > 40 and all(f'"{s}"' in amalgam for s in sources)
+
+    # The test programs meson builds are appended as targets; each names a real source.
+    (append,) = [s for s in RECIPES["harfbuzz"].steps if "mlgo-hb-tests" in s[-1]]
+    subprocess.run([a.format() for a in append], cwd=tmp_path, check=True)
+    text = (tmp_path / "CMakeLists.txt").read_text()
+    names = text.split("foreach (source ")[-1].split(")")[0].split()
+    assert len(names) == 25
+    assert all((tree / "src" / f"{n}.cc").is_file() for n in names)
+    assert "mlgo-hb-tests" in RECIPES["harfbuzz"].extra[0]  # best effort: may fail
+
+
+@pytest.mark.skipif(not (Path.home() / ".cache/pymlgo/src/spdlog").is_dir(),
+                    reason="needs the cached spdlog source package (apt-get source spdlog)")
+def test_spdlogs_tests_include_the_catch_header_of_its_own_tarball(tmp_path: Path) -> None:
+    (tree,) = (Path.home() / ".cache/pymlgo/src/spdlog").glob("spdlog-*")
+    shutil.copytree(tree / "tests", tmp_path / "tests")
+    (step,) = [s for s in RECIPES["spdlog"].extra if s[0] == "sed"]
+    subprocess.run([a.format() for a in step], cwd=tmp_path, check=True)
+    for name in ("includes.h", "main.cpp"):
+        text = (tmp_path / "tests" / name).read_text()
+        assert '#include "catch.hpp"' in text and "catch2/" not in text
+    assert (tmp_path / "tests" / "catch.hpp").is_file()  # found beside the includer
+    # main.cpp is Catch2's implementation, not spdlog's code: never a module.
+    assert re.search(RECIPES["spdlog"].exclude,
+                     f"{BUILD_DIR}/tests/CMakeFiles/spdlog-utests.dir/main.cpp.o")
+    assert not re.search(RECIPES["spdlog"].exclude,
+                         f"{BUILD_DIR}/tests/CMakeFiles/spdlog-utests.dir/test_misc.cpp.o")
+
+
+@pytest.mark.skipif(not (Path.home() / ".cache/pymlgo/src/abseil").is_dir(),
+                    reason="needs the cached abseil source package (apt-get source abseil)")
+def test_abseils_benchmarks_are_compiled_one_by_one_and_may_fail(tmp_path: Path) -> None:
+    (tree,) = (Path.home() / ".cache/pymlgo/src/abseil").glob("abseil-*")
+    shutil.copytree(tree / "absl", tmp_path / "absl")
+    (step,) = [s for s in RECIPES["abseil"].extra if "benchmark" in s[-1]]
+    argv = [a.format(dep_benchmark="B", dep_googletest="G") for a in step]
+    # A compiler that echoes its arguments and fails: every source is still tried.
+    fake = tmp_path / "cxx"
+    fake.write_text('#!/bin/sh\necho "$@"\nexit 1\n')
+    fake.chmod(0o755)
+    out = subprocess.run(argv, cwd=tmp_path, env={**os.environ, "CXX": str(fake)},
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    compiles = [line for line in out if line.startswith("-std=c++17")]
+    assert len(compiles) >= 40 and len(compiles) == sum(
+        line.startswith("not compiled: ") for line in out)
+    first = compiles[0].split()
+    assert "-Oz" in first and "B/include" in first and first[-4] == "-c"
+    assert first[-1] == f"{BUILD_DIR}/benchmarks/absl/algorithm/equal_benchmark.o"
 
 
 def test_cli_help_explains_all_and_unity() -> None:

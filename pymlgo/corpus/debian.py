@@ -3,10 +3,11 @@
 Each package is fetched once with `apt-get source` into `<cache>/src/<pkg>/` (needs a
 `deb-src` line in the APT sources), copied to a scratch directory, and built through
 `capture` (bundled clang, fixed target and baseline CPU, embedded bitcode) with a small
-recipe that builds the package's LIBRARY only: no tests, tools, docs or shared variants,
-at -Oz. Each package becomes the sub-corpus `OUT/<pkg>/`, and the sub-corpora are combined
-into `OUT/`, so every module name starts with its package (`zlib/adler32`): the package is
-the first path component, which is what train/held-out splits go by.
+recipe (`debian_recipes`): C packages build their library, C++ packages also their tools
+and tests where those build offline; static, no docs, at -Oz. Each package becomes the
+sub-corpus `OUT/<pkg>/`, and the sub-corpora are combined into `OUT/`, so every module name
+starts with its package (`zlib/adler32`): the package is the first path component, which is
+what train/held-out splits go by.
 
 A package whose sub-corpus already exists with the same recipe and compiler is skipped.
 """
@@ -700,7 +701,8 @@ def build_debian_corpora(
             step = "fetch"
             try:
                 tree = fetch(pkg, config.src_cache)
-                deps = {d: fetch(d, config.src_cache) for d in (*recipe.deps, *recipe.headers)}
+                deps = {d: fetch(d, config.src_cache)
+                        for d in (*recipe.deps, *recipe.headers, *recipe.helpers)}
                 step = "build"
                 _say(config.progress, f"{tag}: building {tree.name} ({recipe.language}"
                      f"{', ' + recipe.note if recipe.note else ''})")

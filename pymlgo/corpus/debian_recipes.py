@@ -33,9 +33,11 @@ class Recipe:
     package's source tree, as one captured build; any failing step fails the package.
     `extra` steps run after them and may fail (tools, tests): what they compiled is kept.
     Placeholders: `{jobs}` (parallel jobs), `{src}` (the copy's absolute path),
-    `{dep_<pkg>}` (the cached source tree of a package in `deps` or `headers`; `-` and `.`
-    become `_`). `headers`: source packages off the allowlist whose headers (never code)
-    the build includes; say so in `note`.
+    `{dep_<pkg>}` (the cached source tree of a package in `deps`, `headers` or `helpers`;
+    `-` and `.` become `_`). `headers`: source packages off the allowlist whose headers
+    (never code) the build includes; `helpers`: source packages off the allowlist that the
+    recipe builds in `_deps/` only for the package to build against (their objects are
+    never modules); say so in `note`.
     Objects under `_deps/` (helper builds of dependencies) and those matching `exclude`
     are not corpus modules. `unity`: also build big unity modules from the package's own
     compiles (see `debian_unity`).
@@ -52,12 +54,13 @@ class Recipe:
     exclude: str = ""
     unity: bool = True
     headers: tuple[str, ...] = ()
+    helpers: tuple[str, ...] = ()
 
     def key(self) -> str:
         """Cache key of the recipe: any change rebuilds the package."""
         fields = asdict(self)
         # Added after packages were cached: left out while empty, so their keys stand.
-        for late in ("headers",):
+        for late in ("headers", "helpers"):
             if not fields[late]:
                 del fields[late]
         blob = json.dumps([DEBIAN_FORMAT, fields], sort_keys=True).encode()
@@ -202,6 +205,66 @@ _OGG_OPTS = ("-DOGG_INCLUDE_DIR={dep_libogg}/include", "-DOGG_LIBRARY={src}/_dep
              "-DCMAKE_C_FLAGS=-I{src}/_deps/libogg/include")
 _BENCHMARK_OPTS = ("-DGIT_VERSION=0.0.0", "-DBENCHMARK_ENABLE_WERROR=OFF")
 _ZLIB_OPTS = ("-DZLIB_INCLUDE_DIR={dep_zlib}", "-DZLIB_LIBRARY={dep_zlib}/libz.a")
+# zlib compiled from its source package in _deps/, for programs that link it.
+_ZLIB_BUILT = shell(f"mkdir -p {DEPS_DIR} && cp -r {{dep_zlib}} {DEPS_DIR}/zlib && "
+                    f"cd {DEPS_DIR}/zlib && ./configure --static && make -j{{jobs}} libz.a")
+
+# OpenEXR builds against an installed Imath (its CMake would otherwise clone it from GitHub):
+# Imath's source package, off the allowlist, is built and installed in _deps/.
+_IMATH_BUILT = (
+    cmake_configure("-DPYTHON=OFF", "-DDOCS=OFF", source="{dep_imath}",
+                    build=f"{DEPS_DIR}/imath"),
+    cmake_build(build=f"{DEPS_DIR}/imath"),
+    ("cmake", "--install", f"{DEPS_DIR}/imath", "--prefix", f"{{src}}/{DEPS_DIR}/prefix"),
+)
+_OPENEXR_OPTS = (
+    f"-DImath_DIR={{src}}/{DEPS_DIR}/prefix/lib/cmake/Imath",
+    f"-DZLIB_INCLUDE_DIR={{src}}/{DEPS_DIR}/zlib",
+    f"-DZLIB_LIBRARY={{src}}/{DEPS_DIR}/zlib/libz.a",
+    "-DOPENEXR_FORCE_INTERNAL_IMATH=OFF", "-DOPENEXR_FORCE_INTERNAL_ZLIB=OFF",
+    "-DOPENEXR_INSTALL_PKG_CONFIG=OFF", "-DDOCS=OFF",
+)
+
+# abseil's CMake defines no benchmark targets (only its Bazel build does): each benchmark
+# source is compiled on its own, as the tests are, against benchmark's and googletest's
+# headers. Compiled only, never linked; one that does not compile is left out.
+_ABSL_BENCHMARKS = shell(_brace(
+    "for f in $(find absl -name '*benchmark*.cc' | sort); do "
+    "o=" + BUILD_DIR + "/benchmarks/${f%.cc}.o; mkdir -p ${o%/*}; "
+    "$CXX -std=c++17 " + OPT_LEVEL + " -DNDEBUG -DNOMINMAX -w -I. ") +
+    "-isystem {dep_benchmark}/include -isystem {dep_googletest}/googletest/include "
+    "-isystem {dep_googletest}/googlemock/include -c $f -o $o || echo \"not compiled: $f\"; "
+    "done")
+
+# harfbuzz 6's CMake compiles the amalgamation src/harfbuzz.cc (every source #included in
+# one file); its meson build, which Debian uses, compiles each source on its own. The
+# sources come from the same list in src/Makefile.sources that the CMake reads for the others.
+_HB_PER_SOURCE = ("sed", "-i", _brace(
+    r"s|^set (project_sources ${PROJECT_SOURCE_DIR}/src/harfbuzz.cc) # use amalgam source$|"
+    r"extract_make_variable(HB_BASE_sources ${SRCSOURCES})\n"
+    r"add_prefix_to_list(HB_BASE_sources \"${PROJECT_SOURCE_DIR}/src/\")\n"
+    r"set (project_sources ${HB_BASE_sources})|"), "CMakeLists.txt")
+# The test programs of src/meson.build (Debian's build compiles and runs them), as CMake
+# targets outside `all`, built by the best-effort `mlgo-hb-tests`; the unit tests with
+# -DMAIN -UNDEBUG as meson compiles them. Their second sources (hb-static.cc, ...) are the
+# library's own.
+_HB_TEST_PROGRAMS = shell(_brace("""cat >> CMakeLists.txt <<'MLGO'
+add_custom_target(mlgo-hb-tests)
+foreach (source main test test-buffer-serialize test-ot-meta test-ot-name test-ot-glyphname
+    test-gpos-size-params test-gsub-would-substitute test-use-table
+    test-algs test-array test-iter test-machinery test-map test-multimap test-number hb-ot-tag
+    test-priority-queue test-repacker graph/test-classdef-graph test-set test-serialize
+    test-unicode-ranges test-vector test-bimap)
+  get_filename_component(name ${source} NAME)
+  add_executable(mlgo-${name} EXCLUDE_FROM_ALL src/${source}.cc)
+  target_link_libraries(mlgo-${name} harfbuzz)
+  add_dependencies(mlgo-hb-tests mlgo-${name})
+  if (NOT name MATCHES "^(main|test|test-buffer-serialize|test-ot-.*|test-g.*|test-use-table)$")
+    target_compile_definitions(mlgo-${name} PRIVATE MAIN)
+    target_compile_options(mlgo-${name} PRIVATE -UNDEBUG)
+  endif ()
+endforeach ()
+MLGO"""))
 
 
 RECIPES: dict[str, Recipe] = {r.package: r for r in (
@@ -480,8 +543,10 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                                   "-DABSL_USE_EXTERNAL_GOOGLETEST=OFF",
                                   "-DABSL_USE_GOOGLETEST_HEAD=OFF",
                                   "-DABSL_LOCAL_GOOGLETEST_DIR={dep_googletest}"),
-                  cmake_build(keep_going=True)),
-           deps=("googletest",), exclude=_NOT_THEIR_GTEST, note="all libraries, then tests"),
+                  cmake_build(keep_going=True), _ABSL_BENCHMARKS),
+           deps=("googletest", "benchmark"), exclude=_NOT_THEIR_GTEST,
+           note="all libraries, then tests and benchmarks (googletest and benchmark headers "
+           "from their source packages)"),
     Recipe("double-conversion", "c++", cmake(),
            extra=(cmake_configure("-DBUILD_TESTING=ON"), cmake_build(keep_going=True))),
     Recipe("gflags", "c++", cmake("-DBUILD_STATIC_LIBS=ON", "-DBUILD_gflags_nothreads_LIB=OFF"),
@@ -524,10 +589,18 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         cmake_build("fmt", build=f"{DEPS_DIR}/fmtlib"),
         *cmake("-DSPDLOG_FMT_EXTERNAL=ON", "-Dfmt_DIR={src}/_deps/fmtlib",
                "-DSPDLOG_BUILD_EXAMPLE=ON", "-DSPDLOG_BUILD_TESTS=OFF")),
-        extra=(cmake_configure("-DSPDLOG_FMT_EXTERNAL=ON", "-Dfmt_DIR={src}/_deps/fmtlib",
-                               "-DSPDLOG_BUILD_EXAMPLE=ON", "-DSPDLOG_BUILD_TESTS=ON",
-                               "-DBUILD_TESTING=ON"), cmake_build(keep_going=True)),
-        deps=("fmtlib",), note="compiled library and example, then tests"),
+        extra=(
+            # Debian's patch includes <catch2/catch.hpp> from its catch2 package; the
+            # tests include the tarball's own copy, tests/catch.hpp, as upstream does.
+            ("sed", "-i", "s|^#include <catch2/catch.hpp>$|#include \"catch.hpp\"|",
+             "tests/includes.h", "tests/main.cpp"),
+            cmake_configure("-DSPDLOG_FMT_EXTERNAL=ON", "-Dfmt_DIR={src}/_deps/fmtlib",
+                            "-DSPDLOG_BUILD_EXAMPLE=ON", "-DSPDLOG_BUILD_TESTS=ON",
+                            "-DBUILD_TESTING=ON"), cmake_build(keep_going=True)),
+        # main.cpp is Catch2's own implementation (CATCH_CONFIG_MAIN): not spdlog's code.
+        exclude=r"/spdlog-utests\.dir/main\.cpp",
+        deps=("fmtlib",), note="compiled library and example, then tests (Catch2: the "
+        "tarball's copy)"),
     Recipe("zeromq3", "c++", cmake(
         "-DWITH_LIBSODIUM=OFF", "-DENABLE_CURVE=OFF", "-DWITH_DOCS=OFF", "-DWITH_DOC=OFF",
         "-DBUILD_SHARED=OFF", "-DBUILD_STATIC=ON", "-DBUILD_TESTS=OFF", "-DWITH_TLS=OFF",
@@ -536,8 +609,12 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
             "-DWITH_LIBSODIUM=OFF", "-DENABLE_CURVE=OFF", "-DWITH_DOCS=OFF", "-DWITH_DOC=OFF",
             "-DBUILD_SHARED=OFF", "-DBUILD_STATIC=ON", "-DBUILD_TESTS=ON", "-DWITH_TLS=OFF",
             "-DWITH_LIBBSD=OFF", "-DENABLE_PRECOMPILED=OFF", "-DENABLE_DRAFTS=OFF",
-            "-DBUILD_TESTING=ON"), cmake_build(keep_going=True)),
-        note="libzmq and its tools, then tests; no CURVE/TLS"),
+            # BUILD_TESTS only seeds the cached ZMQ_BUILD_TESTS, which the first
+            # configure already set to OFF
+            "-DZMQ_BUILD_TESTS=ON", "-DBUILD_TESTING=ON"), cmake_build(keep_going=True)),
+        # The Unity test framework (C) is bundled from another project.
+        exclude=r"/external/unity/",
+        note="libzmq and its tools, then tests and unit tests; no CURVE/TLS"),
     Recipe("ninja-build", "c++", cmake("-DBUILD_TESTING=ON"),
            note="ninja, its library, and its own tests (no gtest needed)"),
     Recipe("taglib", "c++", (
@@ -548,10 +625,12 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                "-DCMAKE_CXX_FLAGS=-I{src}/3rdparty")),
         note="libtag, the C bindings and examples (utfcpp: the tarball's copy); tests need "
         "cppunit"),
-    Recipe("harfbuzz", "c++", cmake("-DHB_BUILD_SUBSET=ON", "-DHB_HAVE_FREETYPE=OFF",
-                                    "-DHB_HAVE_GLIB=OFF", "-DHB_HAVE_ICU=OFF",
-                                    "-DHB_BUILD_TESTS=OFF"),
-           note="harfbuzz and harfbuzz-subset"),
+    Recipe("harfbuzz", "c++", (_HB_PER_SOURCE, _HB_TEST_PROGRAMS, *cmake(
+        "-DHB_BUILD_SUBSET=ON", "-DHB_HAVE_FREETYPE=OFF", "-DHB_HAVE_GLIB=OFF",
+        "-DHB_HAVE_ICU=OFF", "-DHB_BUILD_TESTS=OFF")),
+           extra=(cmake_build("mlgo-hb-tests", keep_going=True),),
+           note="harfbuzz (each source compiled on its own, as Debian's meson build does, "
+           "not the amalgamation), harfbuzz-subset, then the test programs meson builds"),
     Recipe("graphite2", "c++", cmake("-DGRAPHITE2_COMPARE_RENDERER=OFF"),
            extra=(cmake_configure("-DGRAPHITE2_COMPARE_RENDERER=OFF", "-DBUILD_TESTING=ON"),
                   cmake_build(keep_going=True))),
@@ -563,9 +642,15 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         "src/$f.cc -o src/$f.o; $CXX -std=c++11 " + OPT_LEVEL + " -DNDEBUG -Iinclude -c "
         "src/$f.cc -o src/$f.o || exit 1; done"),),
         note="the font code without brotli (not allowlisted): no encoder/decoder"),
-    Recipe("openexr", "c++", cmake("-DOPENEXR_BUILD_TOOLS=OFF", "-DOPENEXR_INSTALL_EXAMPLES=OFF",
-                                   "-DOPENEXR_FORCE_INTERNAL_IMATH=OFF"),
-           note="needs Imath (not on the allowlist): fails unless Imath is found"),
+    Recipe("openexr", "c++", (
+        _ZLIB_BUILT, *_IMATH_BUILT,
+        *cmake(*_OPENEXR_OPTS, "-DOPENEXR_BUILD_TOOLS=OFF", "-DOPENEXR_INSTALL_EXAMPLES=OFF")),
+           extra=(cmake_configure(*_OPENEXR_OPTS, "-DOPENEXR_BUILD_TOOLS=ON",
+                                  "-DOPENEXR_INSTALL_EXAMPLES=ON", "-DBUILD_TESTING=ON"),
+                  cmake_build(keep_going=True)),
+           deps=("zlib",), helpers=("imath",),
+           note="libraries, then tools, examples and tests; Imath (off the allowlist) and "
+           "zlib built in _deps/, not in the corpus"),
     Recipe("libebml", "c++", cmake("-DDISABLE_PKGCONFIG=ON", "-DDISABLE_CMAKE_CONFIG=OFF")),
     Recipe("libmatroska", "c++", (
         dep_cmake_configure("libebml", "-DDISABLE_PKGCONFIG=ON"),
