@@ -285,7 +285,7 @@ def _trace_into(
 
     if not todo:
         return rows, resumed
-    heuristic = isinstance(policy, HeuristicPolicy) and base.problem.name == INLINING.name
+    heuristic = isinstance(policy, HeuristicPolicy)  # the inliner's own: its object is -Oz
     baselines = {} if heuristic else _baselines(executor, compiler, todo, base, cache, progress)
     try:
         if progress:
