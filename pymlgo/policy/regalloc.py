@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -311,19 +311,21 @@ def load_saved_policy(directory: Path) -> EvictionPolicy | PriorityPolicy:
         raise RegallocPolicyError(f"{path}: malformed policy ({exc})") from exc
 
 
+_P = TypeVar("_P", "EvictionPolicy", "PriorityPolicy")
+
+
 def load_eviction_policy(directory: Path) -> EvictionPolicy:
-    policy = load_saved_policy(directory)
-    if not isinstance(policy, EvictionPolicy):
-        raise RegallocPolicyError(f"{directory}: a {policy.advisor} policy, not an eviction "
-                                  "policy")
-    return policy
+    return _load_advisor(directory, EvictionPolicy, "an eviction")
 
 
 def load_priority_policy(directory: Path) -> PriorityPolicy:
+    return _load_advisor(directory, PriorityPolicy, "a priority")
+
+
+def _load_advisor(directory: Path, kind: type[_P], what: str) -> _P:
     policy = load_saved_policy(directory)
-    if not isinstance(policy, PriorityPolicy):
-        raise RegallocPolicyError(f"{directory}: an {policy.advisor} policy, not a priority "
-                                  "policy")
+    if not isinstance(policy, kind):
+        raise RegallocPolicyError(f"{directory}: a {policy.advisor} policy, not {what} policy")
     return policy
 
 
