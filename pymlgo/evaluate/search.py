@@ -66,7 +66,6 @@ Output directory (optional, resumable)
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -438,7 +437,7 @@ def search(
     if store is not None:
         for name in names:
             module_log_path(store.root, name)  # refuse unusable names before compiling
-    digests = {job.module: _input_digest(job) for job in jobs} if store is not None else {}
+    digests = {job.module: job.input_digest() for job in jobs} if store is not None else {}
 
     finished: dict[str, ModuleSearch] = {}
     todo: list[CompileJob] = []
@@ -518,14 +517,6 @@ def search(
     if store is not None:
         store.complete()
     return report
-
-
-def _input_digest(job: CompileJob) -> str:
-    """What a module's search depends on besides the settings: its command and bitcode."""
-    h = hashlib.sha256("\0".join(job.cmd).encode())
-    h.update(b"\0")
-    h.update(job.bitcode)
-    return h.hexdigest()
 
 
 # --- the output directory ------------------------------------------------------------------

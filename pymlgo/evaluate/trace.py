@@ -36,7 +36,7 @@ import numpy as np
 
 from pymlgo.corpus.command import FlagEdits
 from pymlgo.evaluate.baseline import BaselineCache, baseline_key, baseline_results, baseline_spec
-from pymlgo.evaluate.trace_partial import PartialTrace, input_digest, trace_identity
+from pymlgo.evaluate.trace_partial import PartialTrace, trace_identity
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Trajectory
 from pymlgo.problems.inlining.compile import SIZE_STOP_KEY
 from pymlgo.problems.inlining.policies import HeuristicPolicy
@@ -255,7 +255,7 @@ def _trace_into(
     for job in jobs:
         # A file gone since the corpus was loaded has no digest: its compiles report it.
         with contextlib.suppress(OSError):
-            digests[job.module] = input_digest(job)
+            digests[job.module] = job.input_digest()
     journal = partial.finished()
     todo: list[CompileJob] = []
     for job in jobs:

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from pymlgo.problems.base import CompileJob, Policy
+from pymlgo.problems.base import Policy
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.files import write_atomic
 from pymlgo.workers.protocol import WorkSpec
@@ -111,14 +111,6 @@ def trace_identity(compiler: Compiler, policy: Policy, spec: WorkSpec,
         "edits": edits,
         "options": _options_identity(spec.options),
     }
-
-
-def input_digest(job: CompileJob) -> str:
-    """A module's inputs: its command and bitcode (OSError if the file cannot be read)."""
-    h = hashlib.sha256("\0".join(job.cmd).encode())
-    h.update(b"\0\0")
-    h.update(job.bitcode)
-    return h.hexdigest()
 
 
 def _differences(was: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,14 @@ class CompileJob:
         """This job holding its bitcode (OSError if the file cannot be read)."""
         return self if self.data is not None else CompileJob(self.module, self.bitcode,
                                                              self.cmd)
+
+    def input_digest(self) -> str:
+        """sha256 of what a compile of this job reads: its command and bitcode (OSError if
+        the file cannot be read). Search and trace directories key finished modules by it."""
+        h = hashlib.sha256("\0".join(self.cmd).encode())
+        h.update(b"\0")
+        h.update(self.bitcode)
+        return h.hexdigest()
 
 
 @dataclass(frozen=True)
