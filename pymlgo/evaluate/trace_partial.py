@@ -81,14 +81,14 @@ def _options_identity(options: Any) -> Any:
     """The problem options as they bear on the logs: an IR2Vec vocabulary by its bytes."""
     if options is None:
         return None
+    from pymlgo.ir2vec.vocab_file import file_sha256
     from pymlgo.problems.inlining.problem import InliningOptions
 
     if isinstance(options, InliningOptions):
         vocab = options.ir2vec_vocab
         estimator = options.estimator  # its estimates never reach a log, but the contexts do
         return {
-            "ir2vec_sha256": None if vocab is None else hashlib.sha256(
-                Path(vocab).read_bytes()).hexdigest(),
+            "ir2vec_sha256": None if vocab is None else file_sha256(vocab),
             "estimator_sha256": None if estimator is None else hashlib.sha256(
                 pickle.dumps(estimator, protocol=4)).hexdigest(),
         }
