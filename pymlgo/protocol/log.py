@@ -220,18 +220,22 @@ class LogReader:
     def _read_payload(self, size: int, what: str) -> bytes:
         start = self._src.offset
         data = self._src.read_exactly(size)
-        if len(data) < size:
-            raise LogFormatError(
-                f"{what}: stream ended after {len(data)} of {size} tensor bytes"
-                f" (tensor data starts at byte {start})"
-            )
-        end = self._src.read_exactly(1)
-        if end != b"\n":
-            got = "end of stream" if not end else repr(end)
-            raise LogFormatError(
-                f"{what}: expected newline after tensor data at byte {start + size}, got {got}"
-            )
+        _check_payload(len(data), size, None, start, what)
+        _check_payload(size, size, self._src.read_exactly(1), start, what)
         return data
+
+
+def _check_payload(got: int, size: int, end: bytes | None, start: int, what: str) -> None:
+    """LogFormatError unless all `size` tensor bytes starting at byte `start` arrived (`got`
+    of them) and, once `end` (the byte after them, b"" at end of stream) is known, it is the
+    newline that closes them."""
+    if got < size:
+        raise LogFormatError(f"{what}: stream ended after {got} of {size} tensor bytes"
+                             f" (tensor data starts at byte {start})")
+    if end is not None and end != b"\n":
+        got_end = "end of stream" if not end else repr(end)
+        raise LogFormatError(
+            f"{what}: expected newline after tensor data at byte {start + size}, got {got_end}")
 
 
 _OBSERVATION_PREFIX, _LINE_END = b'{"observation":', b"}\n"
@@ -486,13 +490,7 @@ def read_log_columns(data: bytes) -> LogColumns | None:
     pos = end + 1 if end >= 0 else total
 
     def payload(at: int, n: int, what: str) -> int:
-        if at + n > total:
-            raise LogFormatError(f"{what}: stream ended after {total - at} of {n} tensor bytes"
-                                 f" (tensor data starts at byte {at})")
-        if at + n == total or data[at + n] != 0x0A:
-            got = "end of stream" if at + n == total else repr(data[at + n: at + n + 1])
-            raise LogFormatError(
-                f"{what}: expected newline after tensor data at byte {at + n}, got {got}")
+        _check_payload(min(n, total - at), n, data[at + n: at + n + 1], at, what)
         return at + n + 1
 
     while pos < total:
