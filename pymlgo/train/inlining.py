@@ -36,7 +36,7 @@ from pymlgo.train.hooks import (
     TrainError,
     stream_seed,
 )
-from pymlgo.train.sources import Sources, check_features, load_sources
+from pymlgo.train.sources import Sources, check_features, load_sources, policy_inputs
 
 if TYPE_CHECKING:
     from pymlgo.corpus.format import Corpus
@@ -57,19 +57,12 @@ def _demonstrations(episodes: list[Episode], vocab: Vocab) -> Demonstrations:
 
 
 def _input_features(config: TrainConfig, episodes: list[Episode]) -> tuple[str, ...]:
-    if config.policy.features is not None:
-        return config.policy.features
-    # clang's own decision is the label, not an input (as in MLGO), unless the policy is to
-    # learn departures from it; IR2Vec embeddings (float[dim], from traces made with
-    # --ir2vec) are not quantile inputs
     sent = _compiler_features(episodes)
-    own = tuple(n for n in sent if n != DEFAULT_FEATURE and n not in EMBEDDING_FEATURES)
-    if config.policy.reads_default:
-        if DEFAULT_FEATURE not in sent:
-            raise TrainError(f"policy.reads_default: the decisions recorded have no "
-                             f"{DEFAULT_FEATURE} (a trace made without clang's decision?)")
-        return (*own, DEFAULT_FEATURE)
-    return own
+    if (config.policy.features is None and config.policy.reads_default
+            and DEFAULT_FEATURE not in sent):
+        raise TrainError(f"policy.reads_default: the decisions recorded have no "
+                         f"{DEFAULT_FEATURE} (a trace made without clang's decision?)")
+    return policy_inputs(config, sent)
 
 
 def _fit_embeddings(episodes: list[Episode], sent: tuple[str, ...]

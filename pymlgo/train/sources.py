@@ -254,15 +254,25 @@ def check_features(sources: Sources, config: TrainConfig, compiler_features: Seq
     if unknown:
         raise SourceError(f"{config.vocab} has features this compiler does not send: "
                           f"{', '.join(unknown)} (a vocab from another LLVM?)")
-    needed = config.policy.features or (
-        *(f for f in compiler_features if f != DEFAULT_FEATURE and f not in EMBEDDING_FEATURES),
-        *((DEFAULT_FEATURE,) if config.policy.reads_default else ()))
+    needed = policy_inputs(config, compiler_features)
     if set(vocab.features) != set(needed):
         raise SourceError(
             f"{config.vocab}: its features differ from those the policy reads "
             f"({_difference(vocab.features, needed)}); make the vocab with "
             f"--include-default exactly when policy.reads_default is set, or set [policy] "
             f"features to the vocab's")
+
+
+def policy_inputs(config: TrainConfig, compiler_features: Sequence[str]) -> tuple[str, ...]:
+    """The quantile inputs of a new network, in clang's order: [policy] features if set;
+    else every feature clang sends but its own decision (the label, as in MLGO, unless
+    policy.reads_default makes it the last input) and the IR2Vec embeddings (float[dim],
+    normalized apart)."""
+    if config.policy.features is not None:
+        return config.policy.features
+    own = tuple(f for f in compiler_features
+                if f != DEFAULT_FEATURE and f not in EMBEDDING_FEATURES)
+    return (*own, DEFAULT_FEATURE) if config.policy.reads_default else own
 
 
 def _difference(have: Sequence[str], want: Sequence[str]) -> str:
