@@ -443,23 +443,20 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
     d = plain(dataclasses.asdict(cfg))
     if isinstance(cfg, TrainConfig):
-        d["policy"], d["il"] = to_dict(cfg.policy), to_dict(cfg.il)
+        for table in ("split", "policy", "il"):  # tables with keys left out at default
+            d[table] = to_dict(getattr(cfg, table))
         for key, default in _omitted_at_default().items():
             if d.get(key) == default:
                 del d[key]
-        for key, default in _SPLIT_OMITTED_AT_DEFAULT.items():
-            if d["split"].get(key) == default:
-                del d["split"][key]
     for key, default in _TABLE_KEYS_OMITTED_AT_DEFAULT.get(type(cfg), {}).items():
         if d.get(key) == default:
             del d[key]
     return d
 
 
-# split keys added after policies were published, left out at their default (as above)
-_SPLIT_OMITTED_AT_DEFAULT: dict[str, Any] = {"heldout_packages": None,
-                                             "validation_by": "module"}
+# table keys added after policies were published, left out at their default (as above)
 _TABLE_KEYS_OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
+    SplitConfig: {"heldout_packages": None, "validation_by": "module"},
     PolicyConfig: {"reads_default": False, "ir2vec_vocab": None},
     ILConfig: {"moves": "single"}}
 
