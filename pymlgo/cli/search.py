@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--policy", default="default",
         help="where the search starts: default (clang's heuristic through the channel, equal "
-        "to -Oz), never, always, random:P[:SEED], pretrained:NAME, or a saved policy "
+        "to -Oz), never, always, random:P[:SEED], shift:DOWN[:UP[:USERS]], pretrained:NAME, "
+        "or a saved policy "
         "directory (default: default)",
     )
     p.add_argument("--budget", type=int, default=DEFAULT_BUDGET, metavar="N",

@@ -224,7 +224,7 @@ def pretrained_dir(name: str) -> Path:
 
 def saved_policy_dir(spec: str) -> Path | None:
     """The directory of a saved or pretrained policy spec; None for a built-in one."""
-    if spec in ("default", "never", "always") or spec.startswith("random:"):
+    if spec in ("default", "never", "always") or spec.startswith(("random:", "shift:")):
         return None
     if spec.startswith("pretrained:"):
         return pretrained_dir(spec.removeprefix("pretrained:"))
@@ -628,8 +628,9 @@ A drop-in C/C++ compiler: CC="mlgo cc" CXX="mlgo c++" make. Compiles with the bu
 -Os (the last -O flag), clang's inliner asks POLICY for every decision through LLVM's
 interactive channel; every other command runs unchanged.
 
-  --mlgo-policy P  default, never, always, random:P[:SEED], pretrained:NAME or a saved
-                   policy directory ($MLGO_POLICY; default: pretrained:inlining-oz)
+  --mlgo-policy P  default, never, always, random:P[:SEED], shift:DOWN[:UP[:USERS]] (clang's
+                   threshold moved), pretrained:NAME or a saved policy directory
+                   ($MLGO_POLICY; default: pretrained:inlining-oz)
   --clang PATH     a clang >= 17 instead of the bundled one ($MLGO_CLANG)
   --mlgo-guard     ($MLGO_GUARD=1) also compile each policy compile plainly (no policy, same
                    flags) and keep the smaller object, so no object is ever larger than

@@ -1,4 +1,4 @@
-"""Built-in inlining policies: default, never, always, random:P[:SEED]."""
+"""Built-in inlining policies: default, never, always, random:P[:SEED], shift:DOWN[:UP[:USERS]]."""
 
 from __future__ import annotations
 
@@ -73,7 +73,67 @@ class RandomPolicy:
         return decide
 
 
-def builtin_policy(spec: str, *, seed: int = 0) -> HeuristicPolicy | ConstantPolicy | RandomPolicy:
+SHIFT_PREFIX = "shift:"
+# What a shift policy reads: clang's decision, and the two numbers it compares.
+_SHIFT_FEATURES = (DEFAULT_FEATURE, "cost_estimate", "threshold", "callee_users")
+
+
+@dataclass(frozen=True)
+class ShiftPolicy:
+    """Clang's decision with the inline threshold moved, per call site: `margin` is
+    `threshold - cost_estimate` (> 0 where the cost model favours inlining).
+
+    - `down`: refuse a call site clang takes when its margin is below `down`;
+    - `up`: take a call site clang refuses when its margin is above `-up` and its callee has
+      at most `users` users (clang also refuses some call sites far below the threshold,
+      e.g. the last call to a static function it defers to a caller's inlining; those are
+      taken too).
+
+    `shift:0:0` is clang's own decision. Why it exists: on C++ test code, the inlines clang
+    makes exactly at its threshold (margin 0) grow the object (measured in the README).
+    """
+
+    down: int = 0
+    up: int = 0
+    users: int = 2**62
+    required_features: tuple[str, ...] = _SHIFT_FEATURES
+
+    @property
+    def name(self) -> str:
+        users = "" if self.users == 2**62 else f":{self.users}"
+        return f"{SHIFT_PREFIX}{self.down}:{self.up}{users}"
+
+    def for_module(self, module: str) -> Decide:
+        down, up, users = self.down, self.up, self.users
+
+        def decide(features: Mapping[str, np.ndarray]) -> int:
+            def value(name: str) -> int:
+                return int(features[name].reshape(-1)[0])
+
+            margin = value("threshold") - value("cost_estimate")
+            if value(DEFAULT_FEATURE):
+                return int(down == 0 or margin >= down)
+            return int(up > 0 and margin > -up and value("callee_users") <= users)
+
+        return decide
+
+
+def _shift_policy(spec: str) -> ShiftPolicy:
+    parts = spec.removeprefix(SHIFT_PREFIX).split(":")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        values = []
+    if not 1 <= len(values) <= 3 or any(v < 0 for v in values):
+        raise ValueError(f"bad shift policy {spec!r}: expected shift:DOWN[:UP[:USERS]], "
+                         "each a whole number >= 0 (e.g. shift:2 or shift:2:30:3)")
+    down, up, *rest = [*values, 0] if len(values) == 1 else values
+    return ShiftPolicy(down, up, *rest)
+
+
+def builtin_policy(
+    spec: str, *, seed: int = 0
+) -> HeuristicPolicy | ConstantPolicy | RandomPolicy | ShiftPolicy:
     """Parse a built-in policy name; ValueError with the valid names otherwise."""
     if spec == "default":
         return HeuristicPolicy()
@@ -91,7 +151,10 @@ def builtin_policy(spec: str, *, seed: int = 0) -> HeuristicPolicy | ConstantPol
         if not 0.0 <= p <= 1.0 or len(parts) > 3:
             raise ValueError(f"bad random policy {spec!r}: P must be in [0, 1]")
         return RandomPolicy(p, s)
+    if spec.startswith(SHIFT_PREFIX):
+        return _shift_policy(spec)
     raise ValueError(
         f"unknown inlining policy {spec!r}: use default, never, always, random:P[:SEED], "
+        "shift:DOWN[:UP[:USERS]], "
         "pretrained:NAME or a saved policy directory"
     )
