@@ -68,7 +68,7 @@ from pymlgo.corpus.format import Corpus, CorpusError
 from pymlgo.corpus.snapshot import snapshot_corpora
 from pymlgo.evaluate.eval import EvalReport, corpus_jobs, evaluate
 from pymlgo.policy.inlining import InliningPolicy
-from pymlgo.policy.store import load_policy_dir
+from pymlgo.policy.store import load_policy_dir, load_spec
 from pymlgo.policy.vocab import Vocab
 from pymlgo.problems.base import CompileJob, Policy, Trajectory
 from pymlgo.problems.inlining.policies import HeuristicPolicy
@@ -178,6 +178,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--algos", default="es,ppo",
                     help="comma-separated ALGO[:WEIGHTING], ALGO in es, ppo, dqn, il, WEIGHTING "
                     "in module, bytes (reward_weighting; default es,ppo)")
+    ap.add_argument("--policies", default="", metavar="SPEC,...",
+                    help="with --folds or --heldout-packages: policies evaluated as they are "
+                    "(no training) on every fold's held-out packages beside the trained ones: "
+                    "built-ins such as shift:2:30:3, pretrained:NAME or saved directories; "
+                    "with them --algos may be empty")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--folds", type=int, default=1,
                     help="K >= 2: K-fold by package (see above); 1: one seeded split")
@@ -216,7 +221,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     variants = args.variant_tables = load_variants(args.variants) if args.variants else {}
     algos = [a for a in args.algos.split(",") if a]
-    if (not algos or any(not _valid_algo(a, variants) for a in algos)
+    fixed = list(dict.fromkeys(p for p in args.policies.split(",") if p))
+    if fixed and args.folds == 1 and args.heldout_packages is None:
+        ap.error("--policies: needs --folds K or --heldout-packages (the single split comes "
+                 "from a training run)")
+    for spec in fixed:
+        try:
+            load_spec(spec)
+        except (ValueError, OSError) as exc:
+            ap.error(f"--policies: {exc}")
+    args.fixed_policies = fixed
+    if ((not algos and not fixed) or any(not _valid_algo(a, variants) for a in algos)
             or len(set(algos)) < len(algos)):
         ap.error("--algos: a comma-separated list of es, ppo, dqn, il, each optionally with "
                  ":module or :bytes, or variant names from --variants, each once")
@@ -554,7 +569,7 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
     out: Path = args.output_dir
     groups = [heldout] if heldout else package_folds(corpus, args.folds, args.seed)
     minutes = (args.run_minutes if args.run_minutes is not None
-               else args.minutes / (len(groups) * len(algos)))
+               else args.minutes / (len(groups) * max(1, len(algos))))
     compiler = find_compiler(None)
     spec = WorkSpec(clang=None, timeout=600.0)
     # policy label ("bc", "ppo", "ppo:bytes", each "+log" when evaluated with a log tail)
@@ -564,7 +579,9 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
     only = (set(range(len(groups))) if args.only_folds is None
             else {int(i) for i in args.only_folds.split(",") if i})
     variants: Variants = args.variant_tables
+    fixed: list[str] = args.fixed_policies
     settings = {"algos": algos, "tails": tails, "search_budget": args.search_budget,
+                **({"policies": fixed} if fixed else {}),
                 "search_modules": args.search_modules,
                 **({"search_moves": args.search_moves} if args.search_moves != "single"
                    else {}),
@@ -573,8 +590,9 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                 "variants": {a: variants[a.partition(":")[0]] for a in algos
                              if a.partition(":")[0] in variants}}
     with make_executor(None, args.workers) as executor:
-        traces = "" if args.no_shared_trace else str(shared_trace(executor, compiler, corpus,
-                                                                  out / "trace", spec))
+        # clang's decisions feed training only: a run of fixed policies needs no trace
+        traces = "" if args.no_shared_trace or not algos else str(shared_trace(
+            executor, compiler, corpus, out / "trace", spec))
         for k, held in enumerate(groups):
             done = out / f"fold{k}" / "fold.pkl"
             if done.is_file():  # finished by an earlier run (or another process)
@@ -597,13 +615,14 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
             runs: dict[str, Any] = {}
             # The setup (split, -Oz sizes, clang's decisions, vocab, bc warm start) runs once
             # per fold, outside every algorithm's clock: each gets the same training time.
-            first = _config(algos[0], variants, args.seed, minutes, 0.0, traces,
-                            args.validation_by)
             setup_dir = fold_dir / "setup"
             started = time.monotonic()
-            train(replace(first, iterations=0, time_budget_minutes=None), train_corpus,
-                  setup_dir, options=RunOptions(workers=args.workers, progress=False),
-                  executor=executor)
+            if algos:
+                first = _config(algos[0], variants, args.seed, minutes, 0.0, traces,
+                                args.validation_by)
+                train(replace(first, iterations=0, time_budget_minutes=None), train_corpus,
+                      setup_dir, options=RunOptions(workers=args.workers, progress=False),
+                      executor=executor)
             setup_minutes = (time.monotonic() - started) / 60
             for name in algos:
                 config = _config(name, variants, args.seed, minutes, 0.0, traces,
@@ -620,8 +639,8 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                 print(f"policy_quality: fold {k} {name} trained in "
                       f"{(time.monotonic() - started) / 60:.1f} min", file=sys.stderr,
                       flush=True)
-            policies: dict[str, InliningPolicy] = {}
-            shared = _setup(setup_dir)
+            policies: dict[str, Policy] = {}
+            shared = _setup(setup_dir) if algos else None
             warm = _warm_start(shared)
             if warm is not None:
                 policies["bc"] = warm
@@ -632,6 +651,8 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                     policies[f"{name}:bc"] = replace(own.initial.greedy(),
                                                      name=f"{name}-bc-warmstart")
                 policies[name] = load_policy_dir(res.best_dir)
+            for spec_name in fixed:
+                policies[spec_name] = load_spec(spec_name, seed=args.seed)
             entry: dict[str, Any] = {
                 "fold": k, "heldout_packages": held, "heldout_modules": len(held_names),
                 "train_packages": sorted(train_corpus.packages),
@@ -639,12 +660,13 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                 "policies": {}}
             baselines: dict[str, int] = {}
             for label, policy in policies.items():
-                for tail in tails:
-                    if tail != policy.vocab.tail and label == "bc" and len(tails) > 1:
+                own_tail = policy.vocab.tail if isinstance(policy, InliningPolicy) else None
+                for tail in tails if own_tail is not None else [None]:
+                    if tail != own_tail and label == "bc" and len(tails) > 1:
                         continue  # the warm start is the reference; once is enough
-                    shown = label if tail == policy.vocab.tail else f"{label}+{tail}"
-                    pol = (policy if tail == policy.vocab.tail else
-                           replace(policy, vocab=replace(policy.vocab, tail=tail)))
+                    shown = label if tail == own_tail else f"{label}+{tail}"
+                    pol = (policy if tail == own_tail else replace(
+                        policy, vocab=replace(policy.vocab, tail=tail)))  # type: ignore
                     print(f"policy_quality: fold {k} evaluating {shown}", file=sys.stderr,
                           flush=True)
                     rep = evaluate(executor, compiler, held_jobs, pol, spec=spec)
@@ -679,6 +701,7 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                                                      traces=traces)
             folds_out.append(entry)
             tmp = done.with_suffix(".tmp")
+            tmp.parent.mkdir(parents=True, exist_ok=True)  # no training run made it
             with tmp.open("wb") as f:
                 pickle.dump({"settings": settings | {"heldout": held}, "entry": entry,
                              "reports": fold_reports}, f)
@@ -713,7 +736,7 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
         "folds": len(groups), "folds_reported": [f["fold"] for f in folds_out],
         "seed": args.seed,
         "minutes_per_algorithm_per_fold": minutes,
-        "algorithms": algos, "tails": tails,
+        "algorithms": algos, "fixed_policies": fixed, "tails": tails,
         "search_budget": args.search_budget, "search_moves": args.search_moves,
         "corpora": list(corpora), "skipped_corpora": dict(skipped),
         "compiler": compiler.describe(), "modules": len(corpus),
