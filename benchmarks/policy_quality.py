@@ -195,7 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--search-modules", type=int, default=40, metavar="N",
                     help="with --search-budget: search a seeded sample of N held-out modules "
                     "per fold (0: all; default 40), from the trained policy best on "
-                    "validation; each policy's share of the limit is over those modules")
+                    "validation (with no --algos, the first of --policies); each policy's "
+                    "share of the limit is over those modules")
     ap.add_argument("--search-budget", type=int, default=0,
                     help="with --folds: compiles per held-out module for the search limit "
                     "(pymlgo.evaluate.search from clang's decisions); 0: not searched")
@@ -677,7 +678,9 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
             # The search starts from the trained policy best on validation (never chosen by
             # held-out bytes) and never ends above it; the limit per module is the smallest
             # object known for it: search's, or any evaluated policy's.
-            chosen = min(runs, key=lambda n: runs[n].best_validation_change) if runs else None
+            # (with no training, from the first fixed policy: chosen before any held-out byte)
+            chosen = (min(runs, key=lambda n: runs[n].best_validation_change) if runs
+                      else fixed[0] if fixed else None)
             start = policies[chosen] if chosen is not None else HeuristicPolicy()
             sample = search_sample(held_names, args.search_modules, args.seed, k)
             limit = search_limit(executor, compiler, corpus_jobs(corpus, sample),
