@@ -22,8 +22,8 @@ for kind, arg in json.load(open(script)):
         fds["in"] = os.open(base + ".in", os.O_RDONLY)
     elif kind == "open_out":
         fds["out"] = os.open(base + ".out", os.O_WRONLY)
-    elif kind == "close_in":
-        os.close(fds.pop("in"))
+    elif kind in ("close_in", "close_out"):
+        os.close(fds.pop(kind[6:]))
     elif kind == "send":
         data = bytes.fromhex(arg)
         for i in range(0, len(data), 5):

@@ -286,6 +286,37 @@ def test_each_session_on_one_stream_has_its_own_time_limit(
     assert count == 3 and compiler.finish()[0] == 0
 
 
+def test_sessions_of_compilers_that_close_the_channel_in_between_are_served_alike(
+    base: Path, start_fake_compiler: Callable[..., FakeCompiler]
+) -> None:
+    closed = [("close_in", None), ("close_out", None), ("sleep", 0.2)]
+    compiler = start_fake_compiler([*OPEN, *one_session([1, 1]), *closed, *OPEN,
+                                    *one_session([]), *closed, *OPEN, *one_session([0])])
+    sessions: list[ChannelSession] = []
+
+    count = serve_channel_sessions(base, advise_default, sessions.append, timeout=10,
+                                   compiler_alive=compiler.alive)
+
+    assert compiler.finish() == (0, np.array([1, 1, 0], dtype=np.int64).tobytes())
+    assert count == 3 and [len(s.decisions) for s in sessions] == [2, 0, 1]
+
+
+def test_a_later_session_cut_off_by_the_compiler_dying_is_a_channel_error(
+    base: Path, start_fake_compiler: Callable[..., FakeCompiler]
+) -> None:
+    half = observation(0, inliner_payload(1, 0))[:150]
+    compiler = start_fake_compiler([*OPEN, *one_session([1]), ("close_in", None),
+                                    ("close_out", None), *OPEN,
+                                    ("send", INLINER_HEADER + context("") + half), ("exit", 1)])
+    sessions: list[ChannelSession] = []
+
+    with pytest.raises(ChannelError, match="observation 0: stream ended after"):
+        serve_channel_sessions(base, advise_default, sessions.append, timeout=10,
+                               compiler_alive=compiler.alive)
+
+    assert len(sessions) == 1
+
+
 def test_one_compile_is_one_session_so_a_second_header_is_a_bad_stream(
     base: Path, start_fake_compiler: Callable[..., FakeCompiler]
 ) -> None:

@@ -24,7 +24,7 @@ def serve_sessions(base: Path, policy: Any, module: str, timeout: float,
                    alive: Callable[[], bool]) -> ServeStats:
     """Answer every channel session at `base` with `policy` until `alive()` turns False
     (the compiler exited): one driver command may run cc1 once per source, and a ThinLTO
-    link runs one backend per module, whose sessions may reach us on one stream."""
+    link runs one backend per module (`serve_channel_sessions` answers them all)."""
     from pymlgo.protocol.channel import ChannelError, ChannelSession, serve_channel_sessions
 
     required = policy.required_features
@@ -39,17 +39,17 @@ def serve_sessions(base: Path, policy: Any, module: str, timeout: float,
         try:
             serve_channel_sessions(base, _advisor(policy.for_module(module), required, stats),
                                    ended, timeout=timeout, compiler_alive=alive)
+            return stats  # it returns once the compiler exited
         except ChannelError as exc:
             if not alive():
-                return stats  # the compiler is done (no more cc1 runs, or a cached build)
-            # cc1 may still hold the read end from the session that just ended when we
-            # reopen it: that looks like a session without a header. Retry a while.
+                return stats  # the compiler is done (never opened the channel: a cached build)
+            # A compiler may still hold the read end of a channel that just ended when we
+            # open it: that looks like a session without a header. Retry a while.
             if "without sending a header" in str(exc) and stale < 2000:
                 stale += 1
                 time.sleep(0.005)
                 continue
             raise
-        stale = 0
 
 
 def _advisor(decide: Any, required: Sequence[str], stats: ServeStats) -> Any:

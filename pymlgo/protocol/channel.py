@@ -155,17 +155,21 @@ def serve_channel_sessions(
     timeout: float,
     compiler_alive: Callable[[], bool] = lambda: True,
 ) -> int:
-    """Answers the sessions on one opening of the channel, as `serve_channel` answers one,
-    calling `on_session` as each ends; returns how many there were (at least one).
+    """Answers every session one compiler process opens on `BASE.in`/`BASE.out`, as
+    `serve_channel` answers one, until `compiler_alive()` turns False; calls `on_session` as
+    each ends and returns how many there were (at least one, else `ChannelError`).
 
-    For a compiler that runs advisors one after another in one process (lld's ThinLTO
-    backends with `--thinlto-jobs=1`): each opens `BASE.in` and `BASE.out` afresh and closes
-    them when done, and the next may open them before this host has read the previous one's
-    end of stream. The host then never sees that end (the FIFO has a writer again) and the
-    next session's header follows the last complete item of the previous session on the same
-    stream (see `LogReader`'s `successive_sessions`); the advice goes on through the same
-    `BASE.in` descriptor, which the next compiler opened for reading while it was open. Each
-    session has its own `timeout`, counted from its header (the first from the opening).
+    For a compiler that runs advisors one after another (lld's ThinLTO backends with
+    `--thinlto-jobs=1`, a driver running cc1 once per source): each opens `BASE.in` and
+    `BASE.out` afresh and closes them when done, and the next may open them at any moment
+    after that. So the host keeps both open all along: the next compiler's opens succeed at
+    once, its advice goes through the same `BASE.in` descriptor, and `BASE.out` never lacks
+    a reader (a compiler writing into a FIFO without one would die of SIGPIPE; at the end of
+    a stream a fresh reader is opened before the old one closes). If the next compiler
+    opened `BASE.out` before the host read the end of the previous stream, the host never
+    sees that end, and the next header follows the previous session's last complete item on
+    the same stream (`LogReader`'s `successive_sessions`). Each session has its own
+    `timeout`, counted from the opening, the end of the previous stream or its header.
     """
     count = 0
 
@@ -188,9 +192,19 @@ def _serve(base: Path, advise: Advise, on_session: Callable[[ChannelSession], No
         os.set_blocking(write_fd, True)  # advice is tiny and the compiler waits for it
         # Non-blocking open of the read end succeeds at once; poll then waits for data.
         read_fd = os.open(from_compiler, os.O_RDONLY | os.O_NONBLOCK)
-        read = _bounded_reader(read_fd, deadline, compiler_alive)
-        reader = LogReader(ByteSource(read), successive_sessions=successive)
-        _converse(reader, write_fd, advise, base, on_session, deadline.restart)
+        later = False  # a stream after the first: the compiler may exit instead of sending
+        while True:
+            read = _bounded_reader(read_fd, deadline, compiler_alive, exit_ends=later)
+            reader = LogReader(ByteSource(read), successive_sessions=successive)
+            if not _converse(reader, write_fd, advise, base, on_session, deadline.restart,
+                             compiler_alive, exit_ends=later) or not successive:
+                return
+            # The reader of an ended stream sees no later writer (POLLHUP stays): a fresh
+            # one does, and is opened first so that `.out` has a reader all along.
+            fresh = os.open(from_compiler, os.O_RDONLY | os.O_NONBLOCK)
+            os.close(read_fd)
+            read_fd, later = fresh, True
+            deadline.restart()
     finally:
         # Only now, after end of stream (or failure), may `.in` close.
         for fd in (read_fd, write_fd):
@@ -230,8 +244,11 @@ def _open_writer(path: Path, deadline: _Deadline, compiler_alive: Callable[[], b
 
 
 def _bounded_reader(
-    fd: int, deadline: _Deadline, compiler_alive: Callable[[], bool]
+    fd: int, deadline: _Deadline, compiler_alive: Callable[[], bool], *, exit_ends: bool
 ) -> Callable[[int], bytes]:
+    """`read(n)` on `fd` within the deadline. A dead compiler writes no more: with nothing
+    pending it never opened `.out` (a `ChannelError`), or, if `exit_ends`, it exited after
+    its last session (end of stream)."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)  # POLLHUP (writer gone) is always reported
 
@@ -245,16 +262,19 @@ def _bounded_reader(
                     return os.read(fd, n)  # b"" once the compiler closed `.out`
                 except BlockingIOError:
                     continue
-            # A dead compiler writes no more; with nothing pending it never opened `.out`.
             if not compiler_alive() and not poller.poll(0):
+                if exit_ends:
+                    return b""
                 raise ChannelError("the compiler exited without sending on the channel")
 
     return read
 
 
 def _converse(reader: LogReader, write_fd: int, advise: Advise, base: Path,
-              on_session: Callable[[ChannelSession], None],
-              restart: Callable[[], None]) -> None:
+              on_session: Callable[[ChannelSession], None], restart: Callable[[], None],
+              compiler_alive: Callable[[], bool], *, exit_ends: bool) -> bool:
+    """Answers the sessions of one stream; False if, `exit_ends`, it was empty because the
+    compiler exited."""
     header: Header | None = None
     contexts: list[str] = []
     decisions: list[Decision] = []
@@ -285,8 +305,11 @@ def _converse(reader: LogReader, write_fd: int, advise: Advise, base: Path,
     except LogFormatError as e:
         raise ChannelError(f"channel {base}: bad stream from the compiler: {e}") from e
     if header is None:
+        if exit_ends and not compiler_alive():
+            return False
         raise ChannelError(f"channel {base}: the compiler closed it without sending a header")
     on_session(ChannelSession(header, tuple(contexts), tuple(decisions)))
+    return True
 
 
 def _write_all(fd: int, data: bytes, index: int) -> None:
