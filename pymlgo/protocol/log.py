@@ -168,8 +168,10 @@ class LogReader:
     afresh. That is how a channel stream carries sessions of compilers that opened it one
     after another before the host read the end of the previous one's stream. Anywhere else a
     header is malformed as before: inside a line it is bad JSON, inside tensor bytes it is
-    read as tensor bytes (and the newline after them is missing), so a session cut off in
-    the middle of an item is still reported.
+    read as tensor bytes and the newline after them is missing, so a session cut off in the
+    middle of an item is still reported (unless what follows happens to fill the tensor
+    bytes up to one of its newlines: framing by size alone cannot tell, with or without
+    successive sessions).
     """
 
     def __init__(self, source: ByteSource, *, successive_sessions: bool = False) -> None:
