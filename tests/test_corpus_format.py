@@ -308,6 +308,18 @@ def test_a_module_recompiles_with_the_bundled_clang(tmp_path: Path, compiler: Co
     assert text_size(out) > 0
 
 
+def test_recompiling_drops_the_flags_that_would_embed_bitcode_again() -> None:
+    # a ThinLTO backend compile, as a ThinLTO corpus records it (-lto-embed-bitcode is how
+    # the corpus got its post-import module), and a compile captured with embedded bitcode
+    cmd = ("-cc1", "-Oz", "-fembed-bitcode=all", "-mllvm", "-lto-embed-bitcode=post-merge-pre-opt",
+           "-mllvm", "-inline-threshold=3", "-fthinlto-index=m.thinlto.bc")
+
+    argv = recompile_args(cmd, input_bc="m.bc", output_obj="m.o")
+
+    assert argv == ["-cc1", "-Oz", "-mllvm", "-inline-threshold=3",
+                    "-fthinlto-index=m.thinlto.bc", "-x", "ir", "m.bc", "-o", "m.o"]
+
+
 def test_a_replaced_flag_changes_the_real_compile(tmp_path: Path, compiler: Compiler) -> None:
     # Replacing the forced -Oz by -O0 must reach clang: no inlining, no size optimization.
     m = one_module_corpus(tmp_path, compiler,

@@ -2,10 +2,8 @@
 
 import contextlib
 import io
-import json
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,143 +19,22 @@ from pymlgo.protocol.channel import (
     make_fifos,
     remove_fifos,
     serve_channel,
+    serve_channel_sessions,
     session_to_log,
 )
 from pymlgo.protocol.log import Header, Observation, read_records
 from pymlgo.protocol.tensor_spec import TensorSpec
+from tests.channel_fakes import (
+    INLINER_HEADER,
+    OPEN,
+    PRIORITY_HEADER,
+    FakeCompiler,
+    context,
+    inliner_payload,
+    observation,
+)
 
-# The compiler side of the protocol, driven by a JSON script of steps. Like LLVM it opens
-# `.in` for reading, then `.out` for writing (each blocks until the host opens its end).
-# It writes in 5-byte pieces so the host has to reassemble every item.
-FAKE_COMPILER = r"""
-import json, os, sys, time
-base, script, received = sys.argv[1:4]
-fds = {}
-got = bytearray()
-for kind, arg in json.load(open(script)):
-    if kind == "open_in":
-        fds["in"] = os.open(base + ".in", os.O_RDONLY)
-    elif kind == "open_out":
-        fds["out"] = os.open(base + ".out", os.O_WRONLY)
-    elif kind == "send":
-        data = bytes.fromhex(arg)
-        for i in range(0, len(data), 5):
-            os.write(fds["out"], data[i : i + 5])
-    elif kind == "recv":
-        want = len(got) + arg
-        while len(got) < want:
-            chunk = os.read(fds["in"], want - len(got))
-            if not chunk:
-                sys.exit(3)
-            got += chunk
-    elif kind == "sleep":
-        time.sleep(arg)
-    elif kind == "exit":  # abrupt death: whatever is open closes with the process
-        open(received, "wb").write(got)
-        os._exit(arg)
-open(received, "wb").write(got)
-"""
-
-INLINER_FEATURES = [
-    "sroa_savings", "sroa_losses", "load_elimination", "call_penalty", "call_argument_setup",
-    "load_relative_intrinsic", "lowered_call_arg_setup", "indirect_call_penalty",
-    "jump_table_penalty", "case_cluster_penalty", "switch_default_dest_penalty",
-    "switch_penalty", "unsimplified_common_instructions", "num_loops", "dead_blocks",
-    "simplified_instructions", "constant_args", "constant_offset_ptr_args", "callsite_cost",
-    "cold_cc_penalty", "last_call_to_static_bonus", "is_multiple_blocks", "nested_inlines",
-    "nested_inline_cost_estimate", "threshold", "callee_basic_block_count", "callsite_height",
-    "node_count", "nr_ctant_params", "cost_estimate", "edge_count", "caller_users",
-    "caller_conditionally_executed_blocks", "caller_basic_block_count",
-    "callee_conditionally_executed_blocks", "callee_users", "is_callee_avail_external",
-    "is_caller_avail_external", "inlining_default",
-]  # fmt: skip
-
-
-def spec_json(name: str, c_type: str, shape: list[int]) -> str:
-    shape_json = json.dumps(shape, separators=(",", ":"))
-    return f'{{"name":"{name}","type":"{c_type}","port":0,"shape":{shape_json}}}'
-
-
-# Bytes as LLVM 22 sends them on the inliner channel (39 int64 features, int64 advice).
-INLINER_HEADER = (
-    '{"features":['
-    + ",".join(spec_json(name, "int64_t", [1]) for name in INLINER_FEATURES)
-    + '],"advice":'
-    + spec_json("inlining_decision", "int64_t", [1])
-    + "}\n"
-).encode()
-# A regalloc-priority-like channel: [1, 33] tensors of two types, float32 advice.
-PRIORITY_HEADER = (
-    '{"features":['
-    + spec_json("mask", "int64_t", [1, 33])
-    + ","
-    + spec_json("weights", "float", [1, 33])
-    + '],"advice":'
-    + spec_json("priority", "float", [1])
-    + "}\n"
-).encode()
-
-
-def context(name: str) -> bytes:
-    return json.dumps({"context": name}, separators=(",", ":")).encode() + b"\n"
-
-
-def observation(index: int, payload: bytes) -> bytes:
-    return b'{"observation":%d}\n' % index + payload + b"\n"
-
-
-def inliner_payload(default: int, seed: int) -> bytes:
-    values = np.arange(seed, seed + 39, dtype=np.int64)
-    values[-1] = default
-    values[0] = 10  # a `\n` byte inside the tensor data
-    return values.tobytes()
-
-
-class FakeCompiler:
-    def __init__(self, process: subprocess.Popen[bytes], received: Path) -> None:
-        self.process, self._received = process, received
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def finish(self) -> tuple[int, bytes]:
-        """Exit code and the advice bytes the fake compiler read."""
-        code = self.process.wait(timeout=10)
-        return code, self._received.read_bytes()
-
-
-@pytest.fixture
-def base(tmp_path: Path) -> Iterator[Path]:
-    fifo_base = make_fifos(tmp_path)
-    yield fifo_base
-    remove_fifos(fifo_base)
-
-
-@pytest.fixture
-def start_fake_compiler(
-    base: Path, tmp_path: Path
-) -> Iterator[Callable[[list[tuple[str, object]]], FakeCompiler]]:
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(steps: list[tuple[str, object]]) -> FakeCompiler:
-        script = tmp_path / f"script{len(started)}.json"
-        received = tmp_path / f"received{len(started)}.bin"
-        script.write_text(
-            json.dumps([(k, v.hex() if isinstance(v, bytes) else v) for k, v in steps])
-        )
-        process = subprocess.Popen(
-            [sys.executable, "-c", FAKE_COMPILER, str(base), str(script), str(received)]
-        )
-        started.append(process)
-        return FakeCompiler(process, received)
-
-    yield start
-    for process in started:  # never leave a child behind, whatever the test did
-        process.kill()
-        process.wait()
-
-
-OPEN = [("open_in", None), ("open_out", None)]
+pytest_plugins = ("tests.channel_fixtures",)  # fixtures: base, start_fake_compiler
 
 
 def advise_default(context: str, obs: Observation, header: Header) -> np.ndarray:
@@ -360,6 +237,93 @@ def test_advice_of_the_wrong_size_is_refused(
 
     with pytest.raises(ValueError, match="'inlining_decision' needs 1 value"):
         serve_channel(base, lambda c, o, h: np.zeros(2), timeout=10, compiler_alive=compiler.alive)
+
+
+# --- sessions that follow each other on one stream (lld's ThinLTO backends) -----------------
+
+
+def one_session(defaults: list[int], pause: float = 0) -> list[tuple[str, object]]:
+    """A session on open FIFOs: header, context, one observation per clang default."""
+    steps: list[tuple[str, object]] = [("send", INLINER_HEADER + context("")), ("sleep", pause)]
+    for index, default in enumerate(defaults):
+        steps += [("send", observation(index, inliner_payload(default, index))), ("recv", 8)]
+    return steps
+
+
+# The next compiler opens `.in` afresh while the previous one's stream on `.out` goes on.
+NEXT_BACKEND = [("close_in", None), ("open_in", None)]
+
+
+def test_sessions_that_follow_on_one_stream_are_served_one_by_one(
+    base: Path, start_fake_compiler: Callable[..., FakeCompiler]
+) -> None:
+    compiler = start_fake_compiler([*OPEN, *one_session([1, 0]), *NEXT_BACKEND,
+                                    *one_session([]), *NEXT_BACKEND, *one_session([1])])
+    sessions: list[ChannelSession] = []
+
+    count = serve_channel_sessions(base, advise_default, sessions.append, timeout=10,
+                                   compiler_alive=compiler.alive)
+
+    assert compiler.finish() == (0, np.array([1, 0, 1], dtype=np.int64).tobytes())
+    assert count == 3
+    assert [s.contexts for s in sessions] == [("",), ("",), ("",)]
+    assert [[(d.index, int(d.advice[0])) for d in s.decisions] for s in sessions] == [
+        [(0, 1), (1, 0)], [], [(0, 1)]]
+    assert all(s.header is not None and len(s.header.features) == 39 for s in sessions)
+
+
+def test_each_session_on_one_stream_has_its_own_time_limit(
+    base: Path, start_fake_compiler: Callable[..., FakeCompiler]
+) -> None:
+    # 2 s per session after the first: together longer than the 3 s each one may take
+    compiler = start_fake_compiler([*OPEN, *one_session([1]), *NEXT_BACKEND,
+                                    *one_session([1], 2), *NEXT_BACKEND,
+                                    *one_session([1], 2)])
+
+    count = serve_channel_sessions(base, advise_default, lambda s: None, timeout=3,
+                                   compiler_alive=compiler.alive)
+
+    assert count == 3 and compiler.finish()[0] == 0
+
+
+def test_sessions_of_compilers_that_close_the_channel_in_between_are_served_alike(
+    base: Path, start_fake_compiler: Callable[..., FakeCompiler]
+) -> None:
+    closed = [("close_in", None), ("close_out", None), ("sleep", 0.2)]
+    compiler = start_fake_compiler([*OPEN, *one_session([1, 1]), *closed, *OPEN,
+                                    *one_session([]), *closed, *OPEN, *one_session([0])])
+    sessions: list[ChannelSession] = []
+
+    count = serve_channel_sessions(base, advise_default, sessions.append, timeout=10,
+                                   compiler_alive=compiler.alive)
+
+    assert compiler.finish() == (0, np.array([1, 1, 0], dtype=np.int64).tobytes())
+    assert count == 3 and [len(s.decisions) for s in sessions] == [2, 0, 1]
+
+
+def test_a_later_session_cut_off_by_the_compiler_dying_is_a_channel_error(
+    base: Path, start_fake_compiler: Callable[..., FakeCompiler]
+) -> None:
+    half = observation(0, inliner_payload(1, 0))[:150]
+    compiler = start_fake_compiler([*OPEN, *one_session([1]), ("close_in", None),
+                                    ("close_out", None), *OPEN,
+                                    ("send", INLINER_HEADER + context("") + half), ("exit", 1)])
+    sessions: list[ChannelSession] = []
+
+    with pytest.raises(ChannelError, match="observation 0: stream ended after"):
+        serve_channel_sessions(base, advise_default, sessions.append, timeout=10,
+                               compiler_alive=compiler.alive)
+
+    assert len(sessions) == 1
+
+
+def test_one_compile_is_one_session_so_a_second_header_is_a_bad_stream(
+    base: Path, start_fake_compiler: Callable[..., FakeCompiler]
+) -> None:
+    compiler = start_fake_compiler([*OPEN, *one_session([1]), *one_session([1])])
+
+    with pytest.raises(ChannelError, match=r"bad stream .* unknown event \['advice', 'features'\]"):
+        serve_channel(base, advise_default, timeout=10, compiler_alive=compiler.alive)
 
 
 def test_a_session_becomes_a_training_log_with_the_decision_as_a_feature(

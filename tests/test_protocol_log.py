@@ -230,6 +230,72 @@ def test_every_truncation_is_a_clean_prefix_or_a_format_error() -> None:
                 events_of(data[:cut])
 
 
+# --- successive sessions on one stream (the channel, see `LogReader`) ---------------------
+
+
+def sessions_of(data: bytes) -> list[Event]:
+    return list(LogReader(ByteSource(io.BytesIO(data).read), successive_sessions=True).events())
+
+
+def test_successive_sessions_each_start_afresh_with_their_header() -> None:
+    data, _, expected = write_sample_log()
+    unscored = Header(features=FEATURES[:1])
+    second = io.BytesIO()
+    writer = LogWriter(second)
+    writer.write_header(unscored)
+    writer.write_observation(0, observation_tensors(3)[:1])  # no context: it starts at ""
+    reader = LogReader(ByteSource(io.BytesIO(data + second.getvalue() + data).read),
+                       successive_sessions=True)
+
+    got = list(reader.events())
+
+    again = [unscored, Observation(0, observation_tensors(3)[:1])]
+    assert_same_events(got, [*expected, *again, *expected])
+    assert reader.header == SCORED
+
+
+def test_a_session_may_end_right_after_its_header() -> None:
+    data, _, expected = write_sample_log()
+    header_line = data[: data.index(b"\n") + 1]
+
+    assert_same_events(sessions_of(header_line + data), [SCORED, *expected])
+
+
+def test_without_successive_sessions_a_second_header_is_a_format_error() -> None:
+    data, _, _ = write_sample_log()
+
+    with pytest.raises(LogFormatError, match=r"unknown event \['features', 'score'\] at byte"):
+        events_of(data + data)
+
+
+def test_a_session_cut_inside_an_item_is_an_error_though_the_next_session_follows() -> None:
+    # Only where an item may start does a header start a session: cut anywhere else, the
+    # next session's header lands inside a line or inside tensor bytes. Tensor bytes are
+    # framed by size alone, so bytes that happen to fill them up to a newline pass for them
+    # (here: the header and the context line after it, or the header without its newline):
+    # exactly what the reader without successive sessions accepts too.
+    data, boundaries, expected = write_sample_log()
+    undetectable = []
+
+    for cut in range(1, len(data)):
+        if cut in boundaries:
+            assert_same_events(sessions_of(data[:cut] + data),
+                               [*expected[: boundaries.index(cut)], *expected])
+            continue
+        try:
+            got = sessions_of(data[:cut] + data)
+        except LogFormatError:
+            continue
+        assert_same_events(events_of(data[:cut] + data), got)
+        undetectable.append(cut)
+
+    payload_ends = [boundaries[i + 1] - 1 for i, e in enumerate(expected)
+                    if isinstance(e, Observation)]
+    header_line, context_line = boundaries[1], boundaries[2] - boundaries[1]
+    assert undetectable == sorted(end - n for end in payload_ends
+                                  for n in (header_line + context_line - 1, header_line - 1))
+
+
 def test_truncated_tensor_bytes_name_the_observation_and_offset() -> None:
     data, boundaries, _ = write_sample_log()
     inside_first_observation = boundaries[3] - 10

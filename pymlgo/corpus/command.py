@@ -10,6 +10,10 @@ from dataclasses import dataclass
 _DROP_WITH_ARG = frozenset({"-o", "-x", "-dependency-file", "-MT", "-MQ", "-MF"})
 # Flags that would re-embed bitcode (bloating the object) or emit dependency files.
 _DROP_ALONE = frozenset({"-sys-header-deps", "-MV", "-MD", "-MMD", "-fembed-bitcode=all"})
+# `-mllvm` options of that kind: a ThinLTO corpus' backend compiles embedded the module after
+# its imports (and the whole command) this way, which is how the corpus got it, not part of
+# the backend; kept, every compile would write it again, the channel flags included.
+_DROP_LLVM_PREFIXES = ("-lto-embed-bitcode",)
 _OPT_LEVELS = frozenset({"-O0", "-O1", "-O2", "-O3", "-O", "-Os", "-Oz", "-Ofast", "-Og"})
 
 
@@ -62,7 +66,8 @@ def recompile_args(
     i = 0
     while i < len(cmd):
         arg = cmd[i]
-        if arg in _DROP_WITH_ARG:
+        if arg in _DROP_WITH_ARG or (arg == "-mllvm" and i + 1 < len(cmd)
+                                     and cmd[i + 1].startswith(_DROP_LLVM_PREFIXES)):
             i += 2
             continue
         i += 1

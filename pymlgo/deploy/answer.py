@@ -23,41 +23,47 @@ class ServeStats:
 def serve_sessions(base: Path, policy: Any, module: str, timeout: float,
                    alive: Callable[[], bool]) -> ServeStats:
     """Answer every channel session at `base` with `policy` until `alive()` turns False
-    (the compiler exited): one driver command may run cc1 once per source."""
-    from pymlgo.protocol.channel import ChannelError, serve_channel
+    (the compiler exited): one driver command may run cc1 once per source, and a ThinLTO
+    link runs one backend per module (`serve_channel_sessions` answers them all)."""
+    from pymlgo.protocol.channel import ChannelError, ChannelSession, serve_channel_sessions
 
     required = policy.required_features
     stats = ServeStats()
     stale = 0
+
+    def ended(session: ChannelSession) -> None:
+        stats.sessions += 1
+        stats.decisions += len(session.decisions)
+
     while True:
         try:
-            session = serve_channel(base, _advisor(policy.for_module(module), required, stats),
-                                    timeout=timeout, compiler_alive=alive)
+            serve_channel_sessions(base, _advisor(policy.for_module(module), required, stats),
+                                   ended, timeout=timeout, compiler_alive=alive)
+            return stats  # it returns once the compiler exited
         except ChannelError as exc:
             if not alive():
-                return stats  # the compiler is done (no more cc1 runs, or a cached build)
-            # cc1 may still hold the read end from the session that just ended when we
-            # reopen it: that looks like a session without a header. Retry a while.
+                return stats  # the compiler is done (never opened the channel: a cached build)
+            # A compiler may still hold the read end of a channel that just ended when we
+            # open it: that looks like a session without a header. Retry a while.
             if "without sending a header" in str(exc) and stale < 2000:
                 stale += 1
                 time.sleep(0.005)
                 continue
             raise
-        stale = 0
-        stats.sessions += 1
-        stats.decisions += len(session.decisions)
 
 
 def _advisor(decide: Any, required: Sequence[str], stats: ServeStats) -> Any:
-    """The channel callback for one session: features by name -> the policy's decision."""
+    """The channel callback for the sessions of one opening: features by name -> the
+    policy's decision."""
     from pymlgo.protocol.features import select_features
 
-    indices: list[int] | None = None
+    indices: list[int] = []
+    indexed: Any = None  # the header `indices` were selected from: one per session
 
     def advise(context: str, obs: Any, header: Any) -> int:
-        nonlocal indices
-        if indices is None:  # the header is fixed for the session
-            indices = select_features(header.features, required)
+        nonlocal indices, indexed
+        if header is not indexed:
+            indices, indexed = select_features(header.features, required), header
         value = int(decide({header.features[i].name: obs.tensors[i] for i in indices}))
         stats.inlined += value != 0
         return value

@@ -23,7 +23,8 @@ from pymlgo.workers.protocol import Executor, WorkSpec, unreadable_result
 # an unchanged module, or cached baselines measured the old way would be reused.
 # 2: entries hold the object's bytes by section group (`toolchain.size`), keyed by metric.
 # 3: entries also hold what the problem keeps of the result's `extra` (`Problem.cache_extra`).
-BASELINE_RECIPE_VERSION = 3
+# 4: `-mllvm -lto-embed-bitcode=...` (ThinLTO corpora's backend commands) is dropped.
+BASELINE_RECIPE_VERSION = 4
 
 
 def baseline_key(compiler: Compiler, spec: WorkSpec, job: CompileJob) -> str:

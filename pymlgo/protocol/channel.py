@@ -142,16 +142,69 @@ def serve_channel(
     deadline passes. A header and context followed by end of stream is a normal, empty
     session (a module with nothing to decide).
     """
-    deadline = time.monotonic() + timeout
+    sessions: list[ChannelSession] = []
+    _serve(base, advise, sessions.append, timeout, compiler_alive, successive=False)
+    return sessions[0]
+
+
+def serve_channel_sessions(
+    base: Path,
+    advise: Advise,
+    on_session: Callable[[ChannelSession], None],
+    *,
+    timeout: float,
+    compiler_alive: Callable[[], bool] = lambda: True,
+) -> int:
+    """Answers every session one compiler process opens on `BASE.in`/`BASE.out`, as
+    `serve_channel` answers one, until `compiler_alive()` turns False; calls `on_session` as
+    each ends and returns how many there were (at least one, else `ChannelError`).
+
+    For a compiler that runs advisors one after another (lld's ThinLTO backends with
+    `--thinlto-jobs=1`, a driver running cc1 once per source): each opens `BASE.in` and
+    `BASE.out` afresh and closes them when done, and the next may open them at any moment
+    after that. So the host keeps both open all along: the next compiler's opens succeed at
+    once, its advice goes through the same `BASE.in` descriptor, and `BASE.out` never lacks
+    a reader (a compiler writing into a FIFO without one would die of SIGPIPE; at the end of
+    a stream a fresh reader is opened before the old one closes). If the next compiler
+    opened `BASE.out` before the host read the end of the previous stream, the host never
+    sees that end, and the next header follows the previous session's last complete item on
+    the same stream (`LogReader`'s `successive_sessions`). Each session has its own
+    `timeout`, counted from the opening, the end of the previous stream or its header.
+    """
+    count = 0
+
+    def ended(session: ChannelSession) -> None:
+        nonlocal count
+        count += 1
+        on_session(session)
+
+    _serve(base, advise, ended, timeout, compiler_alive, successive=True)
+    return count
+
+
+def _serve(base: Path, advise: Advise, on_session: Callable[[ChannelSession], None],
+           timeout: float, compiler_alive: Callable[[], bool], *, successive: bool) -> None:
+    deadline = _Deadline(timeout)
     to_compiler, from_compiler = fifo_paths(Path(base))
     write_fd = read_fd = -1
     try:
-        write_fd = _open_writer(to_compiler, deadline, timeout, compiler_alive)
+        write_fd = _open_writer(to_compiler, deadline, compiler_alive)
         os.set_blocking(write_fd, True)  # advice is tiny and the compiler waits for it
         # Non-blocking open of the read end succeeds at once; poll then waits for data.
         read_fd = os.open(from_compiler, os.O_RDONLY | os.O_NONBLOCK)
-        read = _bounded_reader(read_fd, deadline, timeout, compiler_alive)
-        return _converse(LogReader(ByteSource(read)), write_fd, advise, base)
+        later = False  # a stream after the first: the compiler may exit instead of sending
+        while True:
+            read = _bounded_reader(read_fd, deadline, compiler_alive, exit_ends=later)
+            reader = LogReader(ByteSource(read), successive_sessions=successive)
+            if not _converse(reader, write_fd, advise, base, on_session, deadline.restart,
+                             compiler_alive, exit_ends=later) or not successive:
+                return
+            # The reader of an ended stream sees no later writer (POLLHUP stays): a fresh
+            # one does, and is opened first so that `.out` has a reader all along.
+            fresh = os.open(from_compiler, os.O_RDONLY | os.O_NONBLOCK)
+            os.close(read_fd)
+            read_fd, later = fresh, True
+            deadline.restart()
     finally:
         # Only now, after end of stream (or failure), may `.in` close.
         for fd in (read_fd, write_fd):
@@ -159,9 +212,21 @@ def serve_channel(
                 os.close(fd)
 
 
-def _open_writer(
-    path: Path, deadline: float, timeout: float, compiler_alive: Callable[[], bool]
-) -> int:
+class _Deadline:
+    """When the current session's time is up: `timeout` s from the start or the restart."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.restart()
+
+    def restart(self) -> None:
+        self.at = time.monotonic() + self.timeout
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+
+def _open_writer(path: Path, deadline: _Deadline, compiler_alive: Callable[[], bool]) -> int:
     while True:
         try:
             return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
@@ -173,35 +238,44 @@ def _open_writer(
                 f"the compiler exited without opening the channel {path}"
                 " (the pass did not run, e.g. at -O0 or for a cached build)"
             )
-        if time.monotonic() >= deadline:
-            raise ChannelTimeout(f"no compiler opened {path} within {timeout:g} s")
+        if deadline.remaining() <= 0:
+            raise ChannelTimeout(f"no compiler opened {path} within {deadline.timeout:g} s")
         time.sleep(_OPEN_RETRY_S)
 
 
 def _bounded_reader(
-    fd: int, deadline: float, timeout: float, compiler_alive: Callable[[], bool]
+    fd: int, deadline: _Deadline, compiler_alive: Callable[[], bool], *, exit_ends: bool
 ) -> Callable[[int], bytes]:
+    """`read(n)` on `fd` within the deadline. A dead compiler writes no more: with nothing
+    pending it never opened `.out` (a `ChannelError`), or, if `exit_ends`, it exited after
+    its last session (end of stream)."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)  # POLLHUP (writer gone) is always reported
 
     def read(n: int) -> bytes:
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = deadline.remaining()
             if remaining <= 0:
-                raise ChannelTimeout(f"channel session exceeded {timeout:g} s")
+                raise ChannelTimeout(f"channel session exceeded {deadline.timeout:g} s")
             if poller.poll(math.ceil(min(remaining, _POLL_SLICE_S) * 1000)):
                 try:
                     return os.read(fd, n)  # b"" once the compiler closed `.out`
                 except BlockingIOError:
                     continue
-            # A dead compiler writes no more; with nothing pending it never opened `.out`.
             if not compiler_alive() and not poller.poll(0):
+                if exit_ends:
+                    return b""
                 raise ChannelError("the compiler exited without sending on the channel")
 
     return read
 
 
-def _converse(reader: LogReader, write_fd: int, advise: Advise, base: Path) -> ChannelSession:
+def _converse(reader: LogReader, write_fd: int, advise: Advise, base: Path,
+              on_session: Callable[[ChannelSession], None], restart: Callable[[], None],
+              compiler_alive: Callable[[], bool], *, exit_ends: bool) -> bool:
+    """Answers the sessions of one stream; False if, `exit_ends`, it was empty because the
+    compiler exited."""
+    header: Header | None = None
     contexts: list[str] = []
     decisions: list[Decision] = []
     context = ""
@@ -211,7 +285,6 @@ def _converse(reader: LogReader, write_fd: int, advise: Advise, base: Path) -> C
                 context = event.name
                 contexts.append(context)
             elif isinstance(event, Observation):
-                header = reader.header
                 assert header is not None  # the reader yields the header first
                 if header.advice is None:
                     raise ChannelError(f"channel {base}: the header has no advice spec")
@@ -221,13 +294,22 @@ def _converse(reader: LogReader, write_fd: int, advise: Advise, base: Path) -> C
                 # the compiler is running again: the record can be made at leisure
                 advice = np.frombuffer(data, dtype=spec.dtype).reshape(spec.shape)
                 decisions.append(Decision(context, event.index, event.tensors, advice))
+            elif isinstance(event, Header):
+                if header is not None:  # the previous session ended where this one starts
+                    on_session(ChannelSession(header, tuple(contexts), tuple(decisions)))
+                    contexts, decisions, context = [], [], ""
+                    restart()
+                header = event
             elif isinstance(event, Outcome):
                 raise ChannelError(f"channel {base}: outcome records do not belong here")
     except LogFormatError as e:
         raise ChannelError(f"channel {base}: bad stream from the compiler: {e}") from e
-    if reader.header is None:
+    if header is None:
+        if exit_ends and not compiler_alive():
+            return False
         raise ChannelError(f"channel {base}: the compiler closed it without sending a header")
-    return ChannelSession(reader.header, tuple(contexts), tuple(decisions))
+    on_session(ChannelSession(header, tuple(contexts), tuple(decisions)))
+    return True
 
 
 def _write_all(fd: int, data: bytes, index: int) -> None:

@@ -161,10 +161,22 @@ class LogReader:
 
     Reads lazily: the next event is only requested from the source when the consumer asks
     for it, so a channel host can reply to an observation before reading further.
+
+    With `successive_sessions`, a header where the next item would start (after the newline
+    that ends a header, a context or an observation's tensor bytes) ends one session and
+    starts the next: `header` becomes the new one, and contexts and observation numbers start
+    afresh. That is how a channel stream carries sessions of compilers that opened it one
+    after another before the host read the end of the previous one's stream. Anywhere else a
+    header is malformed as before: inside a line it is bad JSON, inside tensor bytes it is
+    read as tensor bytes and the newline after them is missing, so a session cut off in the
+    middle of an item is still reported (unless what follows happens to fill the tensor
+    bytes up to one of its newlines: framing by size alone cannot tell, with or without
+    successive sessions).
     """
 
-    def __init__(self, source: ByteSource) -> None:
+    def __init__(self, source: ByteSource, *, successive_sessions: bool = False) -> None:
         self._src = source
+        self._successive_sessions = successive_sessions
         self.header: Header | None = None
 
     def events(self) -> Iterator[Event]:
@@ -185,9 +197,10 @@ class LogReader:
                 yield Observation(index, _split_tensors(layout, data))
                 continue
             obj = _parse_line(line, start)
-            if header is None:
+            if header is None or (self._successive_sessions and "features" in obj):
                 header = self.header = _parse_header(obj, start)
                 layout = _layout(header.features)
+                context, awaiting_outcome = "", None
                 yield header
                 continue
             key, value = _single_event(obj, start)
