@@ -21,6 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pymlgo.workers.ray_backend import BUSY_HEAD_ENV
 from tests.netns_hosts import Host, Lab, LabError, kill_all_in, wait_for
 from tests.ray_start import PATIENT_ENV, RAY_START
 
@@ -39,6 +40,7 @@ CLUSTER_ENV = {
     "RAY_health_check_timeout_ms": "1000",
     "RAY_health_check_failure_threshold": "5",
     **PATIENT_ENV,  # a loaded 2-core machine: Ray's fixed waits, lengthened
+    **BUSY_HEAD_ENV,  # and Ray Client's per-driver server, as the README says
 }
 # Fixed ports for each host's agents (every host has its own network): the raylet is
 # told them instead of waiting, at most 15 s, for the agents to write them to files.

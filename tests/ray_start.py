@@ -32,10 +32,7 @@ PATIENT_ENV = {
     "RAY_raylet_start_wait_time_s": "600",
     "RAY_START_WAIT_S": "600",  # this file's own
     "RAY_worker_register_timeout_seconds": "600",  # a compile actor's Python process
-    # the head's Ray Client proxy waits this long for a driver's own server to listen
-    # (seen taking 34 s at a load of 12; Ray's default is 30 s)
-    "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "600",
-}
+}  # with pymlgo's BUSY_HEAD_ENV on a head (this file runs without pymlgo: no import here)
 
 
 def _patient_get_node() -> None:

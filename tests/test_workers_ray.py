@@ -23,7 +23,7 @@ from pymlgo.policy.store import load_policy
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.workers import CUT_ERROR, LOST_ERROR, ExecutorError, WorkSpec, make_executor
 from pymlgo.workers.local import LocalPool
-from pymlgo.workers.ray_backend import RayExecutor
+from pymlgo.workers.ray_backend import BUSY_HEAD_ENV, RayExecutor
 from pymlgo.workers.testing import CrashPolicy, SlowPolicy
 from tests.ray_start import PATIENT_ENV, RAY_START
 from tests.workers_support import (
@@ -91,6 +91,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-un
         **os.environ,
         **LOCAL_RAY_ENV,
         **PATIENT_ENV,
+        **BUSY_HEAD_ENV,
         "TMPDIR": str(scratch),
         "PYTHONPATH": "",  # the cluster gets pymlgo only from the driver, as runtime_env
     }

@@ -8,7 +8,7 @@ import pytest
 
 from pymlgo.workers import ExecutorError
 from pymlgo.workers.ray_backend import (
-    CLIENT_SERVER_TIMEOUT_ENV,
+    BUSY_HEAD_ENV,
     attach,
     head_start_failure,
 )
@@ -74,7 +74,10 @@ def test_a_head_that_keeps_failing_is_an_error_naming_the_setting_it_needs():
     message = str(err.value)
     assert head.connects == 3
     assert ADDRESS in message and "failed 3 times" in message
-    assert f"{CLIENT_SERVER_TIMEOUT_ENV}=600" in message
+    for setting, value in BUSY_HEAD_ENV.items():
+        assert f"{setting}={value}" in message
+    assert set(BUSY_HEAD_ENV) == {"RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S",
+                                  "TIMEOUT_FOR_SPECIFIC_SERVER_S"}  # Ray's names for them
     assert "Proxy failed to Connect to backend" in message
     assert "Traceback" not in message  # the reason, not Ray's whole traceback
 

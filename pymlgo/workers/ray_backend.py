@@ -49,8 +49,15 @@ _JOB_CACHE_BYTES = 2 << 30  # module bytes kept in the object store across runs
 ATTACH_ATTEMPTS = 3  # Ray Client attaches, when the head fails to start our server
 _ATTACH_PAUSE_S = 5.0
 _SERVER_INIT_FAILURE = "Initialization failure from server"  # Ray Client's text for it
-# how long the head's Ray Client proxy waits for a driver's server to listen (Ray: 30 s)
-CLIENT_SERVER_TIMEOUT_ENV = "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S"
+# What a busy head's environment needs for Ray Client. Its proxy starts a server process
+# per driver and waits 30 s (Ray's default) for it to listen; on a loaded 2-core machine
+# that start took 34 s to minutes. Meanwhile the proxy's gRPC channel backs off (up to
+# 2 min between tries), and a server that sees no driver for 30 s (Ray's default) exits:
+# started late, it was gone before the proxy's next try, which then waited in vain.
+BUSY_HEAD_ENV = {
+    "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "600",
+    "TIMEOUT_FOR_SPECIFIC_SERVER_S": "300",
+}
 
 
 def import_ray() -> Any:
@@ -94,6 +101,11 @@ def head_start_failure(exc: ConnectionError) -> str | None:
     return lines[-1]
 
 
+def busy_head_settings() -> str:
+    """`BUSY_HEAD_ENV` as shell assignments, for messages."""
+    return " ".join(f"{k}={v}" for k, v in BUSY_HEAD_ENV.items())
+
+
 def attach(
     connect: Callable[[], object],
     disconnect: Callable[[], object],
@@ -121,10 +133,10 @@ def attach(
                 raise ExecutorError(
                     f"cannot attach to the Ray cluster at {address}: its head failed "
                     f"{attempts} times to start this driver's Ray Client server ({reason}). "
-                    f"A busy head takes longer to start one than Ray waits by default "
-                    f"(30 s): start the head with {CLIENT_SERVER_TIMEOUT_ENV}=600 in its "
-                    "environment. Its logs/ray_client_server*.err (in the head's Ray "
-                    "session directory) say more") from exc
+                    "A busy head takes longer to start one than Ray waits by default: "
+                    f"start the head with {busy_head_settings()} in its environment. Its "
+                    "logs/ray_client_server*.err (in the head's Ray session directory) "
+                    "say more") from exc
             time.sleep(pause_s * attempt)
 
 
