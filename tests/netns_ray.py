@@ -21,10 +21,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pymlgo.workers.ray_backend import BUSY_HEAD_ENV
 from tests.netns_hosts import Host, Lab, LabError, kill_all_in, wait_for
+from tests.ray_start import PATIENT_ENV, RAY_START
 
 RAY = str(Path(sys.executable).parent / "ray")  # not a pyenv shim (seconds per call)
-RAY_START = [sys.executable, str(Path(__file__).with_name("ray_start.py")), "start"]
 GCS_PORT = 6379
 CLIENT_PORT = 10001
 
@@ -38,14 +39,8 @@ CLUSTER_ENV = {
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_timeout_ms": "1000",
     "RAY_health_check_failure_threshold": "5",
-    # a loaded 2-core machine starts a node's Python helpers in minutes, not Ray's 20-60 s
-    "RAY_DASHBOARD_STARTUP_TIMEOUT_S": "600",
-    "RAY_agent_register_timeout_ms": "600000",
-    "RAY_raylet_start_wait_time_s": "600",
-    "RAY_START_WAIT_S": "300",  # tests/ray_start.py
-    "RAY_worker_register_timeout_seconds": "600",  # a compile actor's Python process
-    # the head's Ray Client proxy waits this long for a driver's own server process
-    "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "600",
+    **PATIENT_ENV,  # a loaded 2-core machine: Ray's fixed waits, lengthened
+    **BUSY_HEAD_ENV,  # and Ray Client's per-driver server, as the README says
 }
 # Fixed ports for each host's agents (every host has its own network): the raylet is
 # told them instead of waiting, at most 15 s, for the agents to write them to files.

@@ -8,7 +8,8 @@ other work misses (a node's Python helpers can take minutes to import there):
   `ray start` passes to the agent only) instead of waiting 20 s for the agent to write
   it to a file, and crashing when it has not.
 
-Used by `netns_ray` for the lab's hosts only.
+Used for every Ray node the tests start (`netns_ray`'s hosts, `test_workers_ray`'s head),
+in the environment `PATIENT_ENV`: Ray's other fixed waits, lengthened.
 """
 
 from __future__ import annotations
@@ -19,7 +20,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.pop(0)  # this file's directory (tests/) is not an import root of Ray's
+# `python tests/ray_start.py start ARGS`: `ray start ARGS`, patient
+RAY_START = [sys.executable, str(Path(__file__).resolve()), "start"]
+
+# A node's processes and their drivers on a loaded 2-core machine, where a node's Python
+# helpers take minutes to start, not Ray's 20-60 s. Each sets how long Ray waits, not what
+# it does once up.
+PATIENT_ENV = {
+    "RAY_DASHBOARD_STARTUP_TIMEOUT_S": "600",
+    "RAY_agent_register_timeout_ms": "600000",
+    "RAY_raylet_start_wait_time_s": "600",
+    "RAY_START_WAIT_S": "600",  # this file's own
+    "RAY_worker_register_timeout_seconds": "600",  # a compile actor's Python process
+}  # with pymlgo's BUSY_HEAD_ENV on a head (this file runs without pymlgo: no import here)
 
 
 def _patient_get_node() -> None:
@@ -58,6 +71,7 @@ def _raylet_told_agent_port() -> None:
 
 
 if __name__ == "__main__":
+    sys.path.pop(0)  # this file's directory (tests/) is not an import root of Ray's
     _patient_get_node()
     _raylet_told_agent_port()
     from ray.scripts.scripts import main

@@ -8,7 +8,8 @@ Hosts come and go: a job whose actor (or its whole host) dies runs again on anot
 actor; an actor is given jobs only once it has started, so a replacement waiting for a
 free CPU holds none back. Without a fixed number of workers the executor follows the
 cluster: a host that joins gets actors, and with them jobs. Losing the connection to the
-cluster (its head) is an ExecutorError, not a hang.
+cluster (its head) is an ExecutorError, not a hang. Attaching through Ray Client is tried
+again when the head fails to start the driver's own server (`attach`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import sys
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,18 @@ NO_WORKER_TIMEOUT_S = 600.0
 _MAX_FAILED_STARTS = 3  # per worker, in a row: the cluster cannot run our actors
 _RAY_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # 0: single-machine Ray
 _JOB_CACHE_BYTES = 2 << 30  # module bytes kept in the object store across runs
+ATTACH_ATTEMPTS = 3  # Ray Client attaches, when the head fails to start our server
+_ATTACH_PAUSE_S = 5.0
+_SERVER_INIT_FAILURE = "Initialization failure from server"  # Ray Client's text for it
+# What a busy head's environment needs for Ray Client. Its proxy starts a server process
+# per driver and waits 30 s (Ray's default) for it to listen; on a loaded 2-core machine
+# that start took 34 s to minutes. Meanwhile the proxy's gRPC channel backs off (up to
+# 2 min between tries), and a server that sees no driver for 30 s (Ray's default) exits:
+# started late, it was gone before the proxy's next try, which then waited in vain.
+BUSY_HEAD_ENV = {
+    "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "600",
+    "TIMEOUT_FOR_SPECIFIC_SERVER_S": "300",
+}
 
 
 def import_ray() -> Any:
@@ -75,6 +88,56 @@ def _loopback_only(ray: Any) -> Iterator[None]:
             del os.environ[_RAY_CLUSTER_ENV]
         else:
             os.environ[_RAY_CLUSTER_ENV] = saved_env
+
+
+def head_start_failure(exc: ConnectionError) -> str | None:
+    """The head's reason when its Ray Client server failed to start this driver's own
+    server (the last line of the traceback it sends back); None for any other failure to
+    connect (no head at that address, a network in the way)."""
+    text = str(exc)
+    if not isinstance(exc, ConnectionAbortedError) or _SERVER_INIT_FAILURE not in text:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1]
+
+
+def busy_head_settings() -> str:
+    """`BUSY_HEAD_ENV` as shell assignments, for messages."""
+    return " ".join(f"{k}={v}" for k, v in BUSY_HEAD_ENV.items())
+
+
+def attach(
+    connect: Callable[[], object],
+    disconnect: Callable[[], object],
+    address: str,
+    *,
+    attempts: int = ATTACH_ATTEMPTS,
+    pause_s: float = _ATTACH_PAUSE_S,
+) -> None:
+    """`connect()` to a cluster through Ray Client, again (after `disconnect()`) when its
+    head failed to start this driver's server: each try starts a new one, and a start can
+    lose a race inside Ray's proxy on a busy head. ExecutorError when it cannot attach,
+    naming the head's setting that a head too busy to start one in time needs."""
+    for attempt in range(1, attempts + 1):
+        try:
+            connect()
+            return
+        except ConnectionError as exc:
+            reason = head_start_failure(exc)
+            with contextlib.suppress(Exception):  # drop the half-made client connection
+                disconnect()
+            if reason is None:
+                raise ExecutorError(f"cannot attach to the Ray cluster at {address}: "
+                                    f"{exc}") from exc
+            if attempt == attempts:
+                raise ExecutorError(
+                    f"cannot attach to the Ray cluster at {address}: its head failed "
+                    f"{attempts} times to start this driver's Ray Client server ({reason}). "
+                    "A busy head takes longer to start one than Ray waits by default: "
+                    f"start the head with {busy_head_settings()} in its environment. Its "
+                    "logs/ray_client_server*.err (in the head's Ray session directory) "
+                    "say more") from exc
+            time.sleep(pause_s * attempt)
 
 
 def ship_code_env() -> dict[str, Any]:
@@ -170,11 +233,9 @@ class RayExecutor(ExecutorBase):
                     )
             else:
                 env = ship_code_env() if runtime_env is None else runtime_env
-                try:
-                    ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
-                except ConnectionError as exc:  # no head there, or its client server failed
-                    raise ExecutorError(f"cannot attach to the Ray cluster at {address}: "
-                                        f"{exc}") from exc
+                attach(lambda: ray.init(address=address, runtime_env=env,
+                                        logging_level=logging.WARNING),
+                       ray.shutdown, address)
             self._owns_ray = True
         cpus = self._cluster_cpus()
         n = num_workers or cpus
