@@ -1,9 +1,12 @@
-"""Shared fixtures: the real bundled compiler and real corpora built from C sources."""
+"""Shared fixtures: the real bundled compiler, real corpora built from C sources, and one
+`mlgo train` run of every registered problem."""
 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -11,6 +14,9 @@ from pymlgo.corpus.command import parse_cmd
 from pymlgo.problems.base import CompileJob
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 from pymlgo.toolchain.elf import read_sections
+
+if TYPE_CHECKING:
+    from tests.train_runs import Run
 
 DATA = Path(__file__).parent / "data"
 MINIC = DATA / "minic"
@@ -72,3 +78,36 @@ def assert_one_error_line(res: subprocess.CompletedProcess[str], starts_with: st
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith(starts_with), lines[0]
+
+
+@pytest.fixture(scope="session")
+def train_corpus(demo_corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo modules every problem's shared run trains on (tests/train_runs.py)."""
+    from tests.test_train_algorithms import copy_demo_subset
+    from tests.train_runs import MODULES
+
+    return copy_demo_subset(demo_corpus_dir, tmp_path_factory.mktemp("train-runs") / "corpus",
+                            MODULES)
+
+
+@pytest.fixture(scope="session")
+def trained(train_corpus: Path, tmp_path_factory: pytest.TempPathFactory
+            ) -> Callable[[str], Run]:
+    """`trained(problem)`: the problem's uninterrupted `mlgo train` run (tests/train_runs.py),
+    trained once per session."""
+    from tests.train_runs import Run, config_text, mlgo_train
+
+    runs: dict[str, Run] = {}
+
+    def run(problem: str) -> Run:
+        if problem not in runs:
+            root = tmp_path_factory.mktemp(f"run-{problem}")
+            config = root / "ppo.toml"
+            config.write_text(config_text(problem))
+            done = subprocess.run(mlgo_train(train_corpus, config, root / "a"),
+                                  capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+            runs[problem] = Run(problem, train_corpus, config, root / "a")
+        return runs[problem]
+
+    return run

@@ -1,6 +1,6 @@
 """es, dqn, bc and il are reproducible: two runs with one seed give the same policy bytes, and
 a run stopped after iteration 1 and resumed ends with the bytes of an uninterrupted run.
-(ppo, with a killed run, is in test_train_resume.py.)
+(ppo, over every problem, with killed runs, is in test_train_resume.py.)
 
 Real `mlgo train` on four demo-corpus modules: the uninterrupted run in a subprocess of
 its own (another process, another hash seed), the others in this process.
@@ -20,7 +20,7 @@ import pytest
 from pymlgo.cli.main import main
 from pymlgo.policy.store import load_policy_dir
 from tests.test_train_algorithms import TINY_DEMO_MODULES, copy_demo_subset
-from tests.test_train_resume import mlgo_train, policy_bytes
+from tests.train_runs import mlgo_train, policy_bytes
 
 MODULES = TINY_DEMO_MODULES[:4]
 COMMON = """

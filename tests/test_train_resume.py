@@ -1,13 +1,16 @@
-"""`mlgo train` as a user runs it: same seed, same bytes; a SIGKILLed run resumes exactly.
+"""`mlgo train` as a user runs it, for every registered problem: a run leaves its
+checkpoint, policies, scalars and TensorBoard events; same seed, same bytes; a stopped run
+resumes and a SIGKILLed run resumes exactly, losing at most one iteration.
 
-Real subprocesses of `mlgo train` (ppo after a behaviour-cloning warm start, so torch,
-sampling and the worker pool are all on the path) on eight demo-corpus modules.
+Real subprocesses of `mlgo train` (ppo, after a behaviour-cloning warm start where the
+problem has one) on eight demo-corpus modules, real clang: `tests/train_runs.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import pickle
 import random
@@ -21,185 +24,158 @@ from pathlib import Path
 
 import pytest
 
-from pymlgo.policy.store import load_policy_dir
-from tests.test_train_algorithms import TINY_DEMO_MODULES, copy_demo_subset
+from pymlgo.problems import registry
+from pymlgo.train.hooks import training_of
+from pymlgo.train.trainer import CHECKPOINT_FILE, SETUP_FILE
+from tests.train_runs import (
+    ITERATIONS,
+    MODULES,
+    PPO_MODULES,
+    PPO_SAMPLES,
+    PROBLEMS,
+    change_name,
+    last_logged_iteration,
+    policy_bytes,
+    saved_policy,
+    scalars,
+    train_in_process,
+)
 
-ITERATIONS = 5
-CONFIG = """
-algo = "ppo"
-seed = 7
-warmstart = "bc"
-[split]
-validation = 0.25
-heldout = 0.0
-[policy]
-hidden = [16, 16]
-[bc]
-batch_size = 32
-warmstart_epochs = 20
-[ppo]
-modules_per_iteration = 4
-samples_per_module = 2
-"""
+every_problem = pytest.mark.parametrize("problem", PROBLEMS)
 
 
-def mlgo_train(corpus: Path, config: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "pymlgo.cli.main", "train", "--corpus", str(corpus),
-            "--config", str(config), "--output_dir", str(out), "--workers", "2",
-            "--iterations", str(ITERATIONS), *extra]
+def has_bc_warmstart(problem: str) -> bool:
+    return training_of(registry.problem(problem)).bc_warmstart
 
 
-def policy_bytes(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+def learned(rows: list[dict[str, float]]) -> list[dict[str, float]]:
+    """Scalars without the clock's (iteration seconds, decisions per second)."""
+    return [{k: v for k, v in r.items() if k not in ("time/iteration_seconds",
+                                                     "decisions_per_second")} for r in rows]
 
 
-@pytest.fixture(scope="module")
-def tiny(demo_corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("resume")
-    corpus = copy_demo_subset(demo_corpus_dir, root / "corpus", TINY_DEMO_MODULES)
-    config = root / "ppo.toml"
-    config.write_text(CONFIG)
-    return corpus, config
+def assert_same_policies(out: Path, reference: Path) -> None:
+    for name in ("final", "best"):
+        assert policy_bytes(out / name) == policy_bytes(reference / name), name
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tiny: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("run") / "a"
-    done = subprocess.run(mlgo_train(*tiny, out), capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return out
-
-
-def test_a_run_leaves_checkpoint_best_final_scalars_and_tensorboard(uninterrupted):
-    out = uninterrupted
-    assert (out / "checkpoint.pkl").is_file()
-    rows = [json.loads(ln) for ln in (out / "scalars.jsonl").read_text().splitlines()]
+@every_problem
+def test_a_run_leaves_checkpoint_best_final_scalars_and_tensorboard(trained, problem):
+    out = trained(problem).out
+    change = change_name(problem)
+    assert (out / CHECKPOINT_FILE).is_file() and (out / SETUP_FILE).is_file()
+    rows = scalars(out)
     assert [r["iteration"] for r in rows] == list(range(ITERATIONS + 1))
-    assert all("size_change/validation" in r and "reward/train" in r for r in rows[1:])
-    assert "bc/accuracy_train" in rows[0]  # the warm start's scalars
+    assert all(f"{change}/validation" in r and "reward/train" in r for r in rows[1:])
+    # the warm start's scalars, where there is one
+    assert ("bc/accuracy_train" in rows[0]) == has_bc_warmstart(problem)
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
-    best_row = min(rows, key=lambda r: (r["size_change/validation"], r["iteration"]))
-    best = load_policy_dir(out / "best")
+    best_row = min(rows, key=lambda r: (r[f"{change}/validation"], r["iteration"]))
+    best = saved_policy(problem, out / "best")
     assert best.hyperparameters["iteration"] == best_row["iteration"]
-    assert load_policy_dir(out / "final").hyperparameters["iteration"] == ITERATIONS
+    final = saved_policy(problem, out / "final")
+    assert final.hyperparameters["iteration"] == ITERATIONS
+    assert final.hyperparameters["algo"] == "ppo"
+    # a saved config leaves out the default problem (provenance of older runs unchanged)
+    assert final.hyperparameters["config"].get("problem", registry.DEFAULT.name) == problem
 
 
-# the tags the trainer documents for every iteration (pymlgo/train/trainer.py)
-ITERATION_TAGS = ("reward/train", "size_change/train", "size_change/validation",
-                  "size_change/validation_best", "compiles", "failures",
-                  "decisions_per_second", "time/iteration_seconds")
+def iteration_tags(problem: str) -> tuple[str, ...]:
+    """The tags the trainer documents for every iteration (pymlgo/train/trainer.py)."""
+    change = change_name(problem)
+    return ("reward/train", f"{change}/train", f"{change}/validation",
+            f"{change}/validation_best", "compiles", "failures", "decisions_per_second",
+            "time/iteration_seconds")
 
 
-def test_tensorboard_events_hold_the_documented_scalars_with_sane_values(uninterrupted):
+@every_problem
+def test_tensorboard_events_hold_the_documented_scalars_with_sane_values(trained, problem):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from pymlgo.train.trainer import SETUP_FILE
-
-    events = EventAccumulator(str(uninterrupted / "tensorboard"))
+    out = trained(problem).out
+    change = change_name(problem)
+    tags = iteration_tags(problem)
+    events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()
-    assert set(ITERATION_TAGS) | {"bc/accuracy_train", "ppo/loss"} <= set(
-        events.Tags()["scalars"])
-    value = {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in ITERATION_TAGS}
+    warm = {"bc/accuracy_train"} if has_bc_warmstart(problem) else set()
+    assert set(tags) | warm | {"ppo/loss"} <= set(events.Tags()["scalars"])
+    value = {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in tags}
     iterations = list(range(1, ITERATIONS + 1))
-    assert sorted(value["size_change/validation"]) == [0, *iterations]
-    assert all(sorted(value[tag]) == iterations for tag in ITERATION_TAGS
-               if tag != "size_change/validation")
-    validation = len(pickle.loads((uninterrupted / SETUP_FILE).read_bytes()).split.validation)
+    assert sorted(value[f"{change}/validation"]) == [0, *iterations]
+    assert all(sorted(value[tag]) == iterations for tag in tags
+               if tag != f"{change}/validation")
+    validation = pickle.loads((out / SETUP_FILE).read_bytes()).split.validation
     for it in iterations:
-        # 4 modules x 2 samples to learn from, and every validation module
-        assert value["compiles"][it] == 4 * 2 + validation
+        # the modules x samples ppo learns from, and every validation module
+        assert value["compiles"][it] == PPO_MODULES * PPO_SAMPLES + len(validation)
         assert value["failures"][it] == 0
-        assert 10 < value["decisions_per_second"][it] < 1e6
+        assert 0 < value["decisions_per_second"][it] < 1e6
         assert 0 < value["time/iteration_seconds"][it] < 600
-        assert abs(value["size_change/train"][it]) < 0.5
-        assert value["reward/train"][it] == pytest.approx(-value["size_change/train"][it],
-                                                          abs=0.2)
-        assert value["size_change/validation_best"][it] == min(
-            v for step, v in value["size_change/validation"].items() if step <= it)
+        # the sampled policies' total change vs the baseline, and their mean reward
+        assert -1 < value[f"{change}/train"][it] < 10
+        assert math.isfinite(value["reward/train"][it]) and value["reward/train"][it] != 0
+        assert value[f"{change}/validation_best"][it] == min(
+            v for step, v in value[f"{change}/validation"].items() if step <= it)
     # and the same numbers as scalars.jsonl (event files hold float32)
-    rows = [json.loads(ln) for ln in (uninterrupted / "scalars.jsonl").read_text().splitlines()]
-    for row in rows[1:]:
-        for tag in ITERATION_TAGS:
+    for row in scalars(out)[1:]:
+        for tag in tags:
             assert value[tag][row["iteration"]] == pytest.approx(row[tag], rel=1e-6)
 
 
-def test_two_runs_with_one_seed_give_identical_policy_bytes(tiny, uninterrupted, tmp_path):
-    out = tmp_path / "b"
-    done = subprocess.run(mlgo_train(*tiny, out, "--no-tensorboard"), capture_output=True,
-                          text=True)
-    assert done.returncode == 0, done.stderr
-    for name in ("final", "best"):
-        assert policy_bytes(out / name) == policy_bytes(uninterrupted / name)
+@every_problem
+def test_two_runs_with_one_seed_give_identical_policy_bytes(trained, problem, tmp_path):
+    run = trained(problem)
+    # this process: another hash seed, another import order, TensorBoard off
+    train_in_process(run.corpus, run.config, tmp_path / "b", "--no-tensorboard")
+    assert_same_policies(tmp_path / "b", run.out)
+    assert learned(scalars(tmp_path / "b")) == learned(scalars(run.out))
 
 
-def _checkpoint_iteration(out: Path) -> int:
-    """The last iteration in scalars.jsonl once a checkpoint exists, else -1."""
-    return _last_logged_iteration(out) if (out / "checkpoint.pkl").is_file() else -1
+@every_problem
+def test_a_run_stopped_after_an_iteration_resumes_and_ends_with_the_same_bytes(
+        trained, problem, tmp_path):
+    run = trained(problem)
+    out = tmp_path / "stopped"
+    train_in_process(run.corpus, run.config, out, "--no-tensorboard", "--iterations", "1")
+    assert saved_policy(problem, out / "final").hyperparameters["iteration"] == 1
+    resumed = train_in_process(run.corpus, run.config, out, "--no-tensorboard")
+    assert "resuming" in resumed and "at iteration 2" in resumed
+    assert_same_policies(out, run.out)
+    assert [r["iteration"] for r in scalars(out)] == list(range(ITERATIONS + 1))
 
 
-def test_a_killed_run_resumes_from_its_checkpoint_and_ends_with_the_same_bytes(
-    tiny, uninterrupted, tmp_path
-):
-    out = tmp_path / "killed"
-    # own session, so SIGKILL takes the worker processes too, as a crash of the machine would
-    proc = subprocess.Popen(mlgo_train(*tiny, out, "--no-tensorboard"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 600
-        # scalars.jsonl gets iteration k just before checkpoint k is written: wait for
-        # iteration 2's line, so checkpoint 1 certainly exists
-        while _checkpoint_iteration(out) < 2 and proc.poll() is None:
-            assert time.monotonic() < deadline, "no checkpoint within 10 minutes"
-            time.sleep(0.02)
-        assert proc.poll() is None, "the run finished before it could be killed"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert not (out / "final").exists()
-
-    done = subprocess.run(mlgo_train(*tiny, out, "--no-tensorboard"), capture_output=True,
-                          text=True)
-    assert done.returncode == 0, done.stderr
-    resumed = [ln for ln in done.stderr.splitlines() if "resuming" in ln]
-    assert resumed and "at iteration 1" not in resumed[0], done.stderr
-    assert "behaviour cloning" not in done.stderr  # the setup was not redone
-    rows = [json.loads(ln) for ln in (out / "scalars.jsonl").read_text().splitlines()]
-    assert [r["iteration"] for r in rows] == list(range(ITERATIONS + 1))
-    for name in ("final", "best"):
-        assert policy_bytes(out / name) == policy_bytes(uninterrupted / name)
+KILL_TRIALS = 3
 
 
-KILL_TRIALS = 4
-
-
-def _last_logged_iteration(out: Path) -> int:
-    scalars = out / "scalars.jsonl"
-    lines = scalars.read_text().splitlines() if scalars.is_file() else []
-    return json.loads(lines[-1])["iteration"] if lines else -1
-
-
+@every_problem
 def test_kill_9_at_random_points_loses_at_most_one_iteration_and_changes_no_byte(
-    tiny, uninterrupted, tmp_path
-):
-    """SIGKILL (the whole process group) at seeded-random moments of the run: during the
-    warm start, an iteration or a checkpoint write. Each resumed run must start from the
-    checkpoint of the last or second-to-last iteration logged before the kill and end
-    with the uninterrupted run's bytes."""
-    rng = random.Random(20261123)
-    killed_mid_run = 0
+        trained, problem, tmp_path):
+    """SIGKILL (the whole process group, as a crash of the machine would) during the setup
+    or warm start, right after an iteration is logged, and at a seeded-random moment of an
+    iteration (compiles, update, validation, checkpoint write). Each resumed run starts from
+    the checkpoint of the last or second-to-last iteration logged before the kill, redoes no
+    setup once it was saved, and ends with the uninterrupted run's bytes."""
+    run = trained(problem)
+    baseline_line = f" baseline {training_of(registry.problem(problem)).scoring.name}s of "
+    rng = random.Random(f"kill-9 {problem}")
+    killed = resumed = 0
     for trial in range(KILL_TRIALS):
         out = tmp_path / f"trial{trial}"
-        # an iteration to reach (trial 0: none, so the kill lands in the setup or the warm
-        # start), then a random delay, so the kill lands anywhere: compiles, update,
-        # validation, checkpoint write
-        after = -1 if trial == 0 else rng.randint(0, ITERATIONS - 2)
-        delay = rng.uniform(0.0, 3.0 if trial == 0 else 1.5)
-        proc = subprocess.Popen(mlgo_train(*tiny, out, "--no-tensorboard"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        # an iteration to reach, then a delay: trial 0 waits for the output directory
+        # only, so the kill lands in the setup or the warm start; trial 1 kills as soon as
+        # an iteration is logged (its checkpoint being written); the others anywhere in an
+        # iteration
+        if trial == 0:
+            after, delay = -1, rng.uniform(0.0, 3.0)
+        elif trial == 1:
+            after, delay = rng.randint(1, ITERATIONS - 1), 0.0
+        else:
+            after, delay = rng.randint(0, ITERATIONS - 1), rng.uniform(0.0, 1.5)
+        proc = subprocess.Popen(run.argv(out, "--no-tensorboard"), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 600
-        while _last_logged_iteration(out) < after and proc.poll() is None:
+        while (not out.is_dir() if after < 0 else last_logged_iteration(out) < after
+               ) and proc.poll() is None:
             assert time.monotonic() < deadline, "no progress within 10 minutes"
             time.sleep(0.02)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -208,64 +184,68 @@ def test_kill_9_at_random_points_loses_at_most_one_iteration_and_changes_no_byte
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        logged = _last_logged_iteration(out)
-        killed_mid_run += not finished
+        killed += not finished
+        logged = last_logged_iteration(out)
+        set_up = (out / SETUP_FILE).is_file()
 
-        done = subprocess.run(mlgo_train(*tiny, out, "--no-tensorboard"),
-                              capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        match = re.search(r"resuming .* at iteration (\d+)", done.stderr)
+        # resumed in this process (torch already imported): the checkpoint is all it shares
+        # with the killed one
+        said = train_in_process(run.corpus, run.config, out, "--no-tensorboard")
+        match = re.search(r"resuming .* at iteration (\d+)", said)
         resumed_after = int(match.group(1)) - 1 if match else -1
+        resumed += match is not None
         lost = max(0, logged - resumed_after)
-        print(f"trial {trial}: killed {delay:.2f}s after iteration {after}, last logged "
-              f"{logged}, resumed after iteration {resumed_after}, lost {lost}")
-        assert lost <= 1, done.stderr
-        rows = [json.loads(ln) for ln in (out / "scalars.jsonl").read_text().splitlines()]
-        assert [r["iteration"] for r in rows] == list(range(ITERATIONS + 1))
-        for name in ("final", "best"):
-            assert policy_bytes(out / name) == policy_bytes(uninterrupted / name)
-    assert killed_mid_run >= KILL_TRIALS - 1, "the runs finished before the kills"
+        print(f"{problem} trial {trial}: killed {delay:.2f}s after iteration {after}, last "
+              f"logged {logged}, resumed after iteration {resumed_after}, lost {lost}")
+        assert lost <= 1, said
+        assert (baseline_line in said) != set_up, said  # the setup is never redone
+        assert [r["iteration"] for r in scalars(out)] == list(range(ITERATIONS + 1))
+        assert_same_policies(out, run.out)
+    assert killed >= KILL_TRIALS - 1, "the runs finished before the kills"
+    assert resumed >= 1, "no killed run resumed from a checkpoint"
 
 
-def test_mlgo_eval_runs_the_trained_policy_on_a_corpus(tiny, uninterrupted, tmp_path):
-    corpus, _ = tiny
+@every_problem
+def test_mlgo_eval_runs_the_trained_policy_on_a_corpus(trained, problem, tmp_path):
+    run = trained(problem)
     report = tmp_path / "eval.json"
-    done = subprocess.run([sys.executable, "-m", "pymlgo.cli.main", "eval", "--corpus",
-                           str(corpus), "--policy", str(uninterrupted / "best"), "--json",
-                           str(report), "--workers", "2"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "pymlgo.cli.main", "eval", "--problem",
+                           problem, "--corpus", str(run.corpus), "--policy",
+                           str(run.out / "best"), "--json", str(report), "--workers", "2"],
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     data = json.loads(report.read_text())
-    assert data["policy"] == str(uninterrupted / "best")
+    assert data["policy"] == str(run.out / "best")
     rows = data["modules"]
-    assert len(rows) == len(TINY_DEMO_MODULES) and not any(r["error"] for r in rows)
-    assert sum(r["decisions"] for r in rows) > 150  # the policy answered clang's questions
-    assert data["total"]["baseline_bytes"] > 0 and data["total"]["policy_bytes"] > 0
+    assert len(rows) == len(MODULES) and not any(r["error"] for r in rows)
+    assert sum(r["decisions"] for r in rows) > 0  # the policy answered clang's questions
 
 
-def test_a_run_refuses_to_resume_under_another_size_metric(tiny, uninterrupted, tmp_path):
+def test_a_run_refuses_to_resume_under_another_size_metric(trained, tmp_path):
+    run = trained("inlining")
     out = tmp_path / "copy"
-    shutil.copytree(uninterrupted, out)
-    done = subprocess.run(mlgo_train(*tiny, out, "--no-tensorboard", "--size-metric", "text"),
+    shutil.copytree(run.out, out)
+    done = subprocess.run(run.argv(out, "--no-tensorboard", "--size-metric", "text"),
                           capture_output=True, text=True)
     assert done.returncode == 2
     assert "size metric 'allocated'" in done.stderr and "measures 'text'" in done.stderr
     assert "--size-metric allocated" in done.stderr  # and says how to resume it
     assert "Traceback" not in done.stderr
     # the policy the run saved names the metric it was trained and chosen by
-    doc = json.loads((uninterrupted / "best" / "policy.json").read_text())
+    doc = json.loads((run.out / "best" / "policy.json").read_text())
     assert doc["hyperparameters"]["size_metric"] == "allocated"
     assert doc["hyperparameters"]["config"]["size_metric"] == "allocated"
 
 
-def test_a_run_from_before_size_metrics_resumes_only_as_text(tiny, uninterrupted, tmp_path):
+def test_a_run_from_before_size_metrics_resumes_only_as_text(trained, tmp_path):
+    run = trained("inlining")
     out = tmp_path / "legacy"
-    shutil.copytree(uninterrupted, out)
-    for name in ("checkpoint.pkl", "setup.pkl"):  # as a run written before the metric existed
+    shutil.copytree(run.out, out)
+    for name in (CHECKPOINT_FILE, SETUP_FILE):  # as a run written before the metric existed
         data = pickle.loads((out / name).read_bytes())
-        recorded = data["config"] if name == "checkpoint.pkl" else data.identity
+        recorded = data["config"] if name == CHECKPOINT_FILE else data.identity
         del recorded["size_metric"]
         (out / name).write_bytes(pickle.dumps(data))
-    done = subprocess.run(mlgo_train(*tiny, out, "--no-tensorboard"), capture_output=True,
-                          text=True)
+    done = subprocess.run(run.argv(out, "--no-tensorboard"), capture_output=True, text=True)
     assert done.returncode == 2
     assert "size metric 'text' (it predates size metrics)" in done.stderr
