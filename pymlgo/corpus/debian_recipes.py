@@ -209,6 +209,23 @@ _ZLIB_OPTS = ("-DZLIB_INCLUDE_DIR={dep_zlib}", "-DZLIB_LIBRARY={dep_zlib}/libz.a
 _ZLIB_BUILT = shell(f"mkdir -p {DEPS_DIR} && cp -r {{dep_zlib}} {DEPS_DIR}/zlib && "
                     f"cd {DEPS_DIR}/zlib && ./configure --static && make -j{{jobs}} libz.a")
 
+# Every source of woff2 1.0.2's src/: the libraries, the woff2_compress/decompress/info
+# tools and the two fuzz targets.
+_WOFF2_SOURCES = (
+    "font", "glyph", "normalize", "table_tags", "transform", "variable_length",
+    "woff2_common", "woff2_out", "woff2_enc", "woff2_dec", "woff2_compress",
+    "woff2_decompress", "woff2_info", "convert_woff2ttf_fuzzer",
+    "convert_woff2ttf_fuzzer_new_entry")
+
+_TINYOBJ_OPTS = ("-DTINYOBJLOADER_BUILD_TEST_LOADER=ON", "-DTINYOBJLOADER_BUILD_OBJ_STICHER=ON")
+# Two examples without a CMake target in the top-level build (their own CMakeLists want an
+# installed tinyobjloader): compiled on their own, never linked. (voxelize is left out: its
+# code is mostly a bundled copy of another project's voxelizer.h.)
+_TINYOBJ_EXAMPLES = shell(
+    "for e in callback_api skin_weight; do set -- $CXX -std=c++11 " + OPT_LEVEL + " -DNDEBUG "
+    f"-I. -c examples/$e/main.cc -o {BUILD_DIR}/examples/$e/main.o; mkdir -p "
+    f"{BUILD_DIR}/examples/$e; echo \"$@\"; \"$@\" || echo \"not compiled: $e\"; done")
+
 # OpenEXR builds against an installed Imath (its CMake would otherwise clone it from GitHub):
 # Imath's source package, off the allowlist, is built and installed in _deps/.
 _IMATH_BUILT = (
@@ -224,6 +241,20 @@ _OPENEXR_OPTS = (
     "-DOPENEXR_FORCE_INTERNAL_IMATH=OFF", "-DOPENEXR_FORCE_INTERNAL_ZLIB=OFF",
     "-DOPENEXR_INSTALL_PKG_CONFIG=OFF", "-DDOCS=OFF",
 )
+
+_TAGLIB_OPTS = ("-DWITH_ZLIB=OFF", "-DBUILD_EXAMPLES=ON", "-DBUILD_BINDINGS=ON",
+                "-DCMAKE_CXX_FLAGS=-I{src}/3rdparty")
+# taglib's tests need CppUnit (Debian build-depends on libcppunit-dev): its source package,
+# off the allowlist, compiled in _deps/ as a static library.
+_CPPUNIT_BUILT = shell(
+    f"mkdir -p {DEPS_DIR} && cp -r {{dep_cppunit}} {DEPS_DIR}/cppunit && cd {DEPS_DIR}/cppunit "
+    "&& ./configure --disable-shared --enable-static --disable-doxygen --disable-html-docs "
+    "--disable-latex-docs >/dev/null && make -j{jobs} -C src/cppunit libcppunit.la")
+# taglib's FindCppUnit asks cppunit-config for the version unless it is given.
+_TAGLIB_TEST_OPTS = (
+    "-DBUILD_TESTING=ON", f"-DCPPUNIT_INCLUDE_DIR={{src}}/{DEPS_DIR}/cppunit/include",
+    f"-DCPPUNIT_LIBRARIES={{src}}/{DEPS_DIR}/cppunit/src/cppunit/.libs/libcppunit.a",
+    "-DCPPUNIT_INSTALLED_VERSION=1.15.1")
 
 # abseil's CMake defines no benchmark targets (only its Bazel build does): each benchmark
 # source is compiled on its own, as the tests are, against benchmark's and googletest's
@@ -247,7 +278,8 @@ _HB_PER_SOURCE = ("sed", "-i", _brace(
 # The test programs of src/meson.build (Debian's build compiles and runs them), as CMake
 # targets outside `all`, built by the best-effort `mlgo-hb-tests`; the unit tests with
 # -DMAIN -UNDEBUG as meson compiles them. Their second sources (hb-static.cc, ...) are the
-# library's own.
+# library's own. Then the fuzz targets of test/fuzzing/meson.build (no experimental API, so
+# no repacker fuzzer), each with the main.cc that feeds it files, as meson builds them.
 _HB_TEST_PROGRAMS = shell(_brace("""cat >> CMakeLists.txt <<'MLGO'
 add_custom_target(mlgo-hb-tests)
 foreach (source main test test-buffer-serialize test-ot-meta test-ot-name test-ot-glyphname
@@ -263,6 +295,11 @@ foreach (source main test test-buffer-serialize test-ot-meta test-ot-name test-o
     target_compile_definitions(mlgo-${name} PRIVATE MAIN)
     target_compile_options(mlgo-${name} PRIVATE -UNDEBUG)
   endif ()
+endforeach ()
+foreach (name hb-shape-fuzzer hb-subset-fuzzer hb-set-fuzzer hb-draw-fuzzer)
+  add_executable(mlgo-${name} EXCLUDE_FROM_ALL test/fuzzing/${name}.cc test/fuzzing/main.cc)
+  target_link_libraries(mlgo-${name} harfbuzz harfbuzz-subset)
+  add_dependencies(mlgo-hb-tests mlgo-${name})
 endforeach ()
 MLGO"""))
 
@@ -288,9 +325,14 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         "-DPCRE2_BUILD_PCRE2_32=OFF"),
         note="8-bit library and POSIX wrapper; the 16/32-bit builds recompile the same "
         "sources"),
-    Recipe("pcre3", "c", autotools("--disable-cpp", make=("libpcre.la", "libpcreposix.la"),
+    Recipe("pcre3", "c", autotools("--enable-cpp",
+                                   make=("libpcre.la", "libpcreposix.la", "libpcrecpp.la"),
                                    autoreconf=True),
-           note="8-bit library and POSIX wrapper, no C++ wrapper"),
+           # the C++ wrapper's unit tests (built, not run)
+           extra=(("make", "-j{jobs}", "pcrecpp_unittest", "pcre_scanner_unittest",
+                   "pcre_stringpiece_unittest"),),
+           note="8-bit library, POSIX and C++ wrappers (as Debian's libpcrecpp), then the "
+           "C++ wrapper's tests"),
     Recipe("libyaml", "c", cmake("-DINSTALL_CMAKE_DIR=lib/cmake", targets=("yaml",))),
     Recipe("cjson", "c", cmake(
         "-DENABLE_CJSON_TEST=OFF", "-DENABLE_CJSON_UTILS=ON", "-DBUILD_SHARED_AND_STATIC_LIBS=OFF",
@@ -431,9 +473,10 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
     # shared build only).
     Recipe("json-c", "c", cmake("-DDISABLE_WERROR=ON", "-DBUILD_STATIC_LIBS=ON",
                                 "-DDISABLE_EXTRA_LIBS=ON", targets=("json-c",))),
-    Recipe("libconfig", "c", autotools("--disable-examples", "--disable-tests",
+    Recipe("libconfig", "c", autotools("--enable-examples", "--disable-tests",
                                        make=("-C", "lib")),
-           note="libconfig and libconfig++"),
+           extra=(("make", "-j{jobs}", "-C", "examples/c++"),),
+           note="libconfig and libconfig++, then the C++ examples"),
     Recipe("libtasn1-6", "c", autotools("--disable-doc", "--disable-valgrind-tests",
                                         make=("-C", "lib"))),
     Recipe("nettle", "c", autotools("--disable-assembler", "--disable-openssl",
@@ -441,8 +484,13 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
            note="libnettle only (libhogweed needs gmp's generated headers)"),
     # Debian's tarball has no doc/ (+dfsg) and its patch takes doc/Makefile out of
     # configure.ac, not out of configure: regenerated, as Debian's build does.
-    Recipe("gmp", "c", autotools("--disable-assembly", "--disable-cxx", autoreconf=True),
-           note="generic C (no assembly); the C++ wrapper is a handful of files"),
+    Recipe("gmp", "c", autotools("--disable-assembly", "--enable-cxx", autoreconf=True),
+           # The C++ wrapper's tests (built, not run: `TESTS=` empty) and the test library
+           # they link; gmp's C tests are left out.
+           extra=(("make", "-j{jobs}", "-C", "tests", "libtests.la"),
+                  ("make", "-j{jobs}", "-C", "tests/cxx", "check", "TESTS=")),
+           note="generic C (no assembly) and the C++ wrapper (as Debian's libgmpxx), then "
+           "the C++ wrapper's tests"),
     Recipe("mpfr4", "c", (
         # mpfr's configure links against gmp: build it from its source in _deps/.
         shell("cp -r {dep_gmp} _deps_gmp && mkdir -p _deps && mv _deps_gmp _deps/gmp && "
@@ -621,10 +669,12 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         # Debian includes <utf8/checked.h> from its utfcpp package; the tarball's own copy
         # of utfcpp (3rdparty/utf8-cpp) serves under that name.
         ("ln", "-s", "utf8-cpp", "3rdparty/utf8"),
-        *cmake("-DWITH_ZLIB=OFF", "-DBUILD_EXAMPLES=ON", "-DBUILD_BINDINGS=ON",
-               "-DCMAKE_CXX_FLAGS=-I{src}/3rdparty")),
-        note="libtag, the C bindings and examples (utfcpp: the tarball's copy); tests need "
-        "cppunit"),
+        *cmake(*_TAGLIB_OPTS)),
+           extra=(_CPPUNIT_BUILT, cmake_configure(*_TAGLIB_OPTS, *_TAGLIB_TEST_OPTS),
+                  cmake_build(keep_going=True)),
+           helpers=("cppunit",),
+           note="libtag, the C bindings and examples (utfcpp: the tarball's copy), then its "
+           "tests against CppUnit (off the allowlist) built in _deps/, not in the corpus"),
     Recipe("harfbuzz", "c++", (_HB_PER_SOURCE, _HB_TEST_PROGRAMS, *cmake(
         "-DHB_BUILD_SUBSET=ON", "-DHB_HAVE_FREETYPE=OFF", "-DHB_HAVE_GLIB=OFF",
         "-DHB_HAVE_ICU=OFF", "-DHB_BUILD_TESTS=OFF")),
@@ -635,13 +685,13 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
            extra=(cmake_configure("-DGRAPHITE2_COMPARE_RENDERER=OFF", "-DBUILD_TESTING=ON"),
                   cmake_build(keep_going=True))),
     Recipe("woff2", "c++", (shell(
-        # woff2's encoder and decoder need brotli, which is not on the allowlist: compile
-        # the font-table code that does not include it.
-        "for f in font glyph normalize table_tags transform variable_length woff2_common "
-        "woff2_out; do echo $CXX -std=c++11 " + OPT_LEVEL + " -DNDEBUG -Iinclude -c "
-        "src/$f.cc -o src/$f.o; $CXX -std=c++11 " + OPT_LEVEL + " -DNDEBUG -Iinclude -c "
-        "src/$f.cc -o src/$f.o || exit 1; done"),),
-        note="the font code without brotli (not allowlisted): no encoder/decoder"),
+        # Each source compiled on its own (no link: brotli's code is not on the allowlist);
+        # the encoder and decoder include brotli's headers, from its source package.
+        "for f in " + " ".join(_WOFF2_SOURCES) + "; do set -- $CXX -std=c++11 " + OPT_LEVEL
+        + " -DNDEBUG -Iinclude -I{dep_brotli}/c/include -c src/$f.cc -o src/$f.o; "
+        "echo \"$@\"; \"$@\" || exit 1; done"),), headers=("brotli",),
+        note="the font code, encoder, decoder, the three tools and the fuzz targets, "
+        "compiled (brotli's headers from its source package, off the allowlist)"),
     Recipe("openexr", "c++", (
         _ZLIB_BUILT, *_IMATH_BUILT,
         *cmake(*_OPENEXR_OPTS, "-DOPENEXR_BUILD_TOOLS=OFF", "-DOPENEXR_INSTALL_EXAMPLES=OFF")),
@@ -659,8 +709,11 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         ("cmake", "--install", f"{DEPS_DIR}/libebml", "--prefix", "{src}/_deps/prefix"),
         *cmake("-DEBML_DIR={src}/_deps/prefix/lib/cmake/EBML", "-DDISABLE_PKGCONFIG=ON")),
         deps=("libebml",), note="against libebml built from its source package"),
-    Recipe("tinyobjloader", "c++", cmake("-DTINYOBJLOADER_BUILD_TEST_LOADER=ON",
-                                         "-DTINYOBJLOADER_BUILD_OBJ_STICHER=ON")),
+    Recipe("tinyobjloader", "c++", cmake(*_TINYOBJ_OPTS),
+           extra=(cmake_configure(*_TINYOBJ_OPTS, "-DBUILD_TESTING=ON"),
+                  cmake_build(keep_going=True), _TINYOBJ_EXAMPLES),
+           note="library (float and double), loader example and obj_sticher, then its tester "
+           "(against both libraries) and the callback_api and skin_weight examples"),
     Recipe("cppcheck", "c++", (
         # cppcheck 2.10's SmallVector allocator cannot be rebound to its own type, which
         # the bundled clang's libc++ asserts (newer cppchecks add this same member).
