@@ -11,8 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from pymlgo.corpus.debian import BUILD_DIR, DEPS_DIR, OPT_LEVEL, RECIPES
-from pymlgo.corpus.debian_recipes import _WOFF2_SOURCES
+from pymlgo.corpus.debian import DEPS_DIR, OPT_LEVEL, RECIPES
+from pymlgo.corpus.debian_recipes import (
+    _SNAPPY_MORE,
+    _SPDLOG_BENCH,
+    _TINYOBJ_EXAMPLES,
+    _WOFF2_SOURCES,
+    compile_each,
+)
 
 SRC = Path.home() / ".cache/pymlgo/src"
 
@@ -118,23 +124,31 @@ def test_libconfig_builds_its_cxx_examples() -> None:
     assert "noinst_PROGRAMS = example1 example2 example3 example4" in programs
 
 
-def test_woff2_compiles_every_source_and_stops_at_the_first_that_fails(
-    tmp_path: Path,
-) -> None:
+def test_compile_each_compiles_every_source_on_its_own_at_oz(tmp_path: Path) -> None:
+    step = compile_each(("a/x.cc", "y.cpp"), "-I{dep_pkg}/include", out_dir="out")
+    compiles = run_step(step, tmp_path, echoing_compiler(tmp_path, fail="x.cc"), dep_pkg="P")
+    # Not fatal: a source that does not compile is left out, the others are compiled.
+    assert compiles[-1] == "exit 0"
+    assert [c.split()[1:] for c in compiles[:-1]] == [
+        [OPT_LEVEL, "-DNDEBUG", "-IP/include", "-c", "a/x.cc", "-o", "out/a/x.o"],
+        [OPT_LEVEL, "-DNDEBUG", "-IP/include", "-c", "y.cpp", "-o", "out/y.o"]]
+    assert (tmp_path / "out" / "a").is_dir()  # each object's directory is made
+    # Fatal: the first source that does not compile fails the step.
+    fatal = compile_each(("a/x.cc", "y.cpp"), "", fatal=True)
+    compiles = run_step(fatal, tmp_path, echoing_compiler(tmp_path, fail="x.cc"))
+    assert compiles[-1] == "exit 1" and len(compiles) == 2
+    assert compiles[0].split()[-1] == "a/x.o"
+
+
+def test_woff2_compiles_every_source_of_its_src_dir() -> None:
     tree = cached_tree("woff2")
-    assert sorted(_WOFF2_SOURCES) == sorted(p.stem for p in (tree / "src").glob("*.cc"))
+    listed = sorted(p.relative_to(tree).as_posix() for p in (tree / "src").glob("*.cc"))
+    assert sorted(_WOFF2_SOURCES) == listed
     recipe = RECIPES["woff2"]
     assert recipe.headers == ("brotli",) and "brotli" not in RECIPES
     (step,) = recipe.steps
-    compiles = run_step(step, tmp_path, echoing_compiler(tmp_path), dep_brotli="B")
-    assert compiles[-1] == "exit 0" and len(compiles) == len(_WOFF2_SOURCES) + 1
-    first = compiles[0].split()
-    assert OPT_LEVEL in first and "-IB/c/include" in first
-    assert first[-3:] == ["src/font.cc", "-o", "src/font.o"]
-    # One source that does not compile fails the package (they are its library).
-    failing = run_step(step, tmp_path, echoing_compiler(tmp_path, fail="woff2_enc.cc"),
-                       dep_brotli="B")
-    assert failing[-1] == "exit 1" and failing[-2].endswith("src/woff2_enc.o")
+    assert step == compile_each(_WOFF2_SOURCES, "-std=c++11 -Iinclude -I{dep_brotli}/c/include",
+                                fatal=True)  # the library: a failure fails the package
 
 
 def test_woff2_finds_brotlis_headers_in_its_source_package() -> None:
@@ -143,20 +157,36 @@ def test_woff2_finds_brotlis_headers_in_its_source_package() -> None:
         assert (tree / "c" / "include" / "brotli" / header).is_file()
 
 
-def test_tinyobjloaders_examples_are_compiled_one_by_one_and_may_fail(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("package", "step"), [
+    ("tinyobjloader", _TINYOBJ_EXAMPLES), ("snappy", _SNAPPY_MORE),
+    ("spdlog", _SPDLOG_BENCH)])
+def test_sources_compiled_on_their_own_are_in_the_package_and_its_build(
+    package: str, step: tuple[str, ...]
+) -> None:
+    tree = cached_tree(package)
+    recipe = RECIPES[package]
+    assert step in recipe.extra  # best effort
+    sources = re.findall(r"; c (\S+) ", step[-1])
+    assert sources and all((tree / s).is_file() for s in sources)
+    # Every package whose headers the flags name is one the recipe fetches.
+    placeholders = set(re.findall(r"\{(dep_\w+)\}", step[-1]))
+    assert placeholders <= {f"dep_{d}" for d in (*recipe.deps, *recipe.headers)}
+
+
+def test_tinyobjloaders_tester_is_built_by_its_cmake_tests() -> None:
     tree = cached_tree("tinyobjloader")
-    shutil.copytree(tree / "examples", tmp_path / "examples")
-    recipe = RECIPES["tinyobjloader"]
-    step = recipe.extra[-1]
-    out = run_step(step, tmp_path, echoing_compiler(tmp_path, fail="callback_api"))
-    assert out[-1] == "exit 0"  # a failing example is left out, not fatal
-    assert [c.split()[-1] for c in out[:-1]] == [
-        f"{BUILD_DIR}/examples/callback_api/main.o", f"{BUILD_DIR}/examples/skin_weight/main.o"]
-    assert all((tmp_path / BUILD_DIR / "examples" / e).is_dir()
-               for e in ("callback_api", "skin_weight"))
-    configure = recipe.extra[0]
+    configure = RECIPES["tinyobjloader"].extra[0]
     assert configure[-1] == "-DBUILD_TESTING=ON"
-    assert "if(BUILD_TESTING)" in (tree / "tests" / "CMakeLists.txt").read_text()
+    assert "add_executable(tester tester.cc)" in (tree / "tests" / "CMakeLists.txt").read_text()
+
+
+def test_flac_builds_its_cxx_examples_and_tests() -> None:
+    tree = cached_tree("flac")
+    configure, build = RECIPES["flac"].extra
+    assert "-DBUILD_EXAMPLES=ON" in configure and "-DBUILD_TESTING=ON" in configure
+    targets = build[build.index("--target") + 1:build.index("--")]
+    cmake_text = "".join(p.read_text() for p in tree.rglob("CMakeLists.txt"))
+    assert all(f"add_executable({t}" in cmake_text for t in targets)
 
 
 def test_harfbuzz_builds_the_fuzz_targets_meson_builds(tmp_path: Path) -> None:

@@ -147,6 +147,21 @@ def link_dep(dep: str, where: str) -> tuple[str, ...]:
     return shell(f"rm -rf {where} && ln -s {{dep_{dep}}} {where}")
 
 
+def compile_each(sources: Sequence[str], flags: str, *, out_dir: str = "",
+                 fatal: bool = False) -> tuple[str, ...]:
+    """A step compiling each C++ source on its own with $CXX at -Oz (never linked), for
+    sources no target of the package's build compiles offline. The object of `dir/x.cc` is
+    `out_dir/dir/x.o`. `fatal`: a source that does not compile fails the step; otherwise it
+    is named ("not compiled: ...") and left out. `flags` may use recipe placeholders."""
+    fail = "exit 1" if fatal else 'echo "not compiled: $src"'
+    prefix = f"{out_dir}/" if out_dir else ""
+    calls = "; ".join(f"c {src} {prefix}{src.rsplit('.', 1)[0]}.o" for src in sources)
+    return shell(_brace(
+        'c() { src=$1; obj=$2; mkdir -p "$(dirname "$obj")"; set -- $CXX ') + OPT_LEVEL
+        + " -DNDEBUG " + flags + _brace(f' -c "$src" -o "$obj"; echo "$@"; "$@" || {fail}; }}; ')
+        + calls)
+
+
 # A dependency configured (not compiled) with CMake in _deps/, for generated headers.
 def dep_cmake_configure(dep: str, *options: str) -> tuple[str, ...]:
     return cmake_configure(*options, source=f"{{dep_{dep}}}", build=f"{DEPS_DIR}/{dep}")
@@ -211,20 +226,38 @@ _ZLIB_BUILT = shell(f"mkdir -p {DEPS_DIR} && cp -r {{dep_zlib}} {DEPS_DIR}/zlib 
 
 # Every source of woff2 1.0.2's src/: the libraries, the woff2_compress/decompress/info
 # tools and the two fuzz targets.
-_WOFF2_SOURCES = (
+_WOFF2_SOURCES = tuple(f"src/{name}.cc" for name in (
     "font", "glyph", "normalize", "table_tags", "transform", "variable_length",
     "woff2_common", "woff2_out", "woff2_enc", "woff2_dec", "woff2_compress",
     "woff2_decompress", "woff2_info", "convert_woff2ttf_fuzzer",
-    "convert_woff2ttf_fuzzer_new_entry")
+    "convert_woff2ttf_fuzzer_new_entry"))
 
 _TINYOBJ_OPTS = ("-DTINYOBJLOADER_BUILD_TEST_LOADER=ON", "-DTINYOBJLOADER_BUILD_OBJ_STICHER=ON")
 # Two examples without a CMake target in the top-level build (their own CMakeLists want an
-# installed tinyobjloader): compiled on their own, never linked. (voxelize is left out: its
-# code is mostly a bundled copy of another project's voxelizer.h.)
-_TINYOBJ_EXAMPLES = shell(
-    "for e in callback_api skin_weight; do set -- $CXX -std=c++11 " + OPT_LEVEL + " -DNDEBUG "
-    f"-I. -c examples/$e/main.cc -o {BUILD_DIR}/examples/$e/main.o; mkdir -p "
-    f"{BUILD_DIR}/examples/$e; echo \"$@\"; \"$@\" || echo \"not compiled: $e\"; done")
+# installed tinyobjloader). (voxelize is left out: its code is mostly a bundled copy of
+# another project's voxelizer.h.)
+_TINYOBJ_EXAMPLES = compile_each(
+    ("examples/callback_api/main.cc", "examples/skin_weight/main.cc"), "-std=c++11 -I.",
+    out_dir=BUILD_DIR)
+
+# snappy's benchmark (Debian's patch comments out the bundled benchmark it would link) and
+# its two fuzz targets (they need a fuzzing build): compiled, against benchmark's and
+# googletest's headers from their source packages and the build's generated headers.
+_SNAPPY_MORE = compile_each(
+    ("snappy_benchmark.cc", "snappy_compress_fuzzer.cc", "snappy_uncompress_fuzzer.cc"),
+    f"-std=c++11 -I. -I{BUILD_DIR} -isystem {{dep_benchmark}}/include "
+    "-isystem {dep_googletest}/googletest/include -isystem {dep_googletest}/googlemock/include",
+    out_dir=f"{BUILD_DIR}/mlgo-more")
+
+# spdlog's benchmarks (its bench/ CMake would download benchmark): compiled on their own as
+# the compiled library's users, against fmt's and benchmark's source packages.
+_SPDLOG_BENCH = compile_each(
+    ("bench/bench.cpp", "bench/async_bench.cpp", "bench/latency.cpp",
+     "bench/formatter-bench.cpp"),
+    "-std=c++11 -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -Iinclude -I{dep_fmtlib}/include "
+    "-isystem {dep_benchmark}/include", out_dir=f"{BUILD_DIR}/mlgo-more")
+_FLAC_OPTS = ("-DBUILD_CXXLIBS=ON", "-DBUILD_PROGRAMS=OFF", "-DBUILD_EXAMPLES=OFF",
+              "-DBUILD_DOCS=OFF", "-DWITH_OGG=OFF", "-DINSTALL_MANPAGES=OFF")
 
 # OpenEXR builds against an installed Imath (its CMake would otherwise clone it from GitHub):
 # Imath's source package, off the allowlist, is built and installed in _deps/.
@@ -432,10 +465,12 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
     Recipe("libffi", "c", autotools("--disable-docs", "--disable-multi-os-directory",
                                     # its static trampolines call an undeclared function
                                     "--disable-exec-static-tramp")),
-    Recipe("flac", "c", cmake(
-        "-DBUILD_CXXLIBS=ON", "-DBUILD_PROGRAMS=OFF", "-DBUILD_EXAMPLES=OFF", "-DBUILD_DOCS=OFF",
-        "-DWITH_OGG=OFF", "-DINSTALL_MANPAGES=OFF", targets=("FLAC", "FLAC++")),
-        note="libFLAC and libFLAC++, without Ogg"),
+    Recipe("flac", "c", cmake(*_FLAC_OPTS, targets=("FLAC", "FLAC++")),
+           # libFLAC++'s examples and tests (with the C test helpers they link)
+           extra=(cmake_configure(*_FLAC_OPTS, "-DBUILD_EXAMPLES=ON", "-DBUILD_TESTING=ON"),
+                  cmake_build("decode_file_cxx", "encode_file_cxx", "test_libFLAC++",
+                              keep_going=True)),
+           note="libFLAC and libFLAC++, without Ogg, then libFLAC++'s examples and tests"),
     # Debian builds opus with autotools: the 1.3.1 tarball's CMakeLists.txt includes an
     # opus_buildtype.cmake that the tarball lacks.
     Recipe("opus", "c", autotools("--enable-custom-modes", "--disable-doc",
@@ -540,9 +575,10 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         extra=(cmake_configure("-DSNAPPY_BUILD_TESTS=ON", "-DSNAPPY_BUILD_BENCHMARKS=OFF",
                                "-DBUILD_TESTING=ON", "-DBENCHMARK_ENABLE_TESTING=OFF",
                                "-DBENCHMARK_ENABLE_WERROR=OFF", "-DSNAPPY_INSTALL=OFF"),
-               cmake_build(keep_going=True)),
+               cmake_build(keep_going=True), _SNAPPY_MORE),
         deps=("googletest", "benchmark"), exclude=_NOT_THEIR_GTEST,
-        note="library and tests (googletest from its source package)"),
+        note="library and tests (googletest from its source package), then the benchmark "
+        "and fuzz targets compiled on their own"),
     Recipe("leveldb", "c++", (
         link_dep("googletest", "third_party/googletest"),
         link_dep("benchmark", "third_party/benchmark"),
@@ -644,11 +680,13 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
              "tests/includes.h", "tests/main.cpp"),
             cmake_configure("-DSPDLOG_FMT_EXTERNAL=ON", "-Dfmt_DIR={src}/_deps/fmtlib",
                             "-DSPDLOG_BUILD_EXAMPLE=ON", "-DSPDLOG_BUILD_TESTS=ON",
-                            "-DBUILD_TESTING=ON"), cmake_build(keep_going=True)),
+                            "-DBUILD_TESTING=ON"), cmake_build(keep_going=True),
+            _SPDLOG_BENCH),
         # main.cpp is Catch2's own implementation (CATCH_CONFIG_MAIN): not spdlog's code.
         exclude=r"/spdlog-utests\.dir/main\.cpp",
-        deps=("fmtlib",), note="compiled library and example, then tests (Catch2: the "
-        "tarball's copy)"),
+        deps=("fmtlib", "benchmark"), note="compiled library and example, then tests "
+        "(Catch2: the tarball's copy) and benchmarks (benchmark's headers from its source "
+        "package)"),
     Recipe("zeromq3", "c++", cmake(
         "-DWITH_LIBSODIUM=OFF", "-DENABLE_CURVE=OFF", "-DWITH_DOCS=OFF", "-DWITH_DOC=OFF",
         "-DBUILD_SHARED=OFF", "-DBUILD_STATIC=ON", "-DBUILD_TESTS=OFF", "-DWITH_TLS=OFF",
@@ -684,12 +722,11 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
     Recipe("graphite2", "c++", cmake("-DGRAPHITE2_COMPARE_RENDERER=OFF"),
            extra=(cmake_configure("-DGRAPHITE2_COMPARE_RENDERER=OFF", "-DBUILD_TESTING=ON"),
                   cmake_build(keep_going=True))),
-    Recipe("woff2", "c++", (shell(
-        # Each source compiled on its own (no link: brotli's code is not on the allowlist);
-        # the encoder and decoder include brotli's headers, from its source package.
-        "for f in " + " ".join(_WOFF2_SOURCES) + "; do set -- $CXX -std=c++11 " + OPT_LEVEL
-        + " -DNDEBUG -Iinclude -I{dep_brotli}/c/include -c src/$f.cc -o src/$f.o; "
-        "echo \"$@\"; \"$@\" || exit 1; done"),), headers=("brotli",),
+    # Each source compiled on its own (no link: brotli's code is not on the allowlist); the
+    # encoder and decoder include brotli's headers, from its source package.
+    Recipe("woff2", "c++", (compile_each(
+        _WOFF2_SOURCES, "-std=c++11 -Iinclude -I{dep_brotli}/c/include", fatal=True),),
+        headers=("brotli",),
         note="the font code, encoder, decoder, the three tools and the fuzz targets, "
         "compiled (brotli's headers from its source package, off the allowlist)"),
     Recipe("openexr", "c++", (
