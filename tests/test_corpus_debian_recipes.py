@@ -13,6 +13,7 @@ import pytest
 
 from pymlgo.corpus.debian import DEPS_DIR, OPT_LEVEL, RECIPES
 from pymlgo.corpus.debian_recipes import (
+    _FLATBUFFERS_MORE,
     _SNAPPY_MORE,
     _SPDLOG_BENCH,
     _TINYOBJ_EXAMPLES,
@@ -159,7 +160,7 @@ def test_woff2_finds_brotlis_headers_in_its_source_package() -> None:
 
 @pytest.mark.parametrize(("package", "step"), [
     ("tinyobjloader", _TINYOBJ_EXAMPLES), ("snappy", _SNAPPY_MORE),
-    ("spdlog", _SPDLOG_BENCH)])
+    ("spdlog", _SPDLOG_BENCH), ("flatbuffers", _FLATBUFFERS_MORE)])
 def test_sources_compiled_on_their_own_are_in_the_package_and_its_build(
     package: str, step: tuple[str, ...]
 ) -> None:

@@ -259,6 +259,20 @@ _SPDLOG_BENCH = compile_each(
 _FLAC_OPTS = ("-DBUILD_CXXLIBS=ON", "-DBUILD_PROGRAMS=OFF", "-DBUILD_EXAMPLES=OFF",
               "-DBUILD_DOCS=OFF", "-DWITH_OGG=OFF", "-DINSTALL_MANPAGES=OFF")
 
+# flatbuffers' fuzz targets (their CMake project wants a libFuzzer build) with the two
+# mains that replay an input, and its benchmarks (their CMake downloads googletest and
+# benchmark): compiled on their own, benchmark's headers from its source package.
+_FLATBUFFERS_MORE = compile_each(
+    tuple(f"tests/fuzzer/{name}" for name in (
+        "flatbuffers_annotator_fuzzer.cc", "flatbuffers_monster_fuzzer.cc",
+        "flatbuffers_parser_fuzzer.cc", "flatbuffers_scalar_fuzzer.cc",
+        "flatbuffers_verifier_fuzzer.cc", "flexbuffers_verifier_fuzzer.cc",
+        "monster_debug.cpp", "scalar_debug.cpp"))
+    + tuple(f"benchmarks/cpp/{name}" for name in (
+        "benchmark_main.cpp", "flatbuffers/fb_bench.cpp", "raw/raw_bench.cpp")),
+    "-std=c++17 -Iinclude -Isrc -Itests -Itests/fuzzer -Ibenchmarks/cpp "
+    "-isystem {dep_benchmark}/include", out_dir=f"{BUILD_DIR}/mlgo-more")
+
 # OpenEXR builds against an installed Imath (its CMake would otherwise clone it from GitHub):
 # Imath's source package, off the allowlist, is built and installed in _deps/.
 _IMATH_BUILT = (
@@ -661,8 +675,10 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                                        "-DFLATBUFFERS_STRICT_MODE=OFF"),
            extra=(cmake_configure("-DFLATBUFFERS_BUILD_TESTS=ON",
                                   "-DFLATBUFFERS_LIBCXX_WITH_CLANG=OFF"),
-                  cmake_build(keep_going=True)),
-           note="flatbuffers, flatc, flathash, then tests and samples"),
+                  cmake_build(keep_going=True), _FLATBUFFERS_MORE),
+           deps=("benchmark",),
+           note="flatbuffers, flatc, flathash, then tests and samples, and the fuzz targets "
+           "and benchmarks compiled on their own"),
     Recipe("capnproto", "c++", cmake("-DWITH_OPENSSL=OFF", "-DWITH_ZLIB=OFF"),
            extra=(cmake_configure("-DWITH_OPENSSL=OFF", "-DWITH_ZLIB=OFF", "-DBUILD_TESTING=ON"),
                   cmake_build(keep_going=True)),
