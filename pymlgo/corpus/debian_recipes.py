@@ -224,13 +224,16 @@ _ZLIB_OPTS = ("-DZLIB_INCLUDE_DIR={dep_zlib}", "-DZLIB_LIBRARY={dep_zlib}/libz.a
 _ZLIB_BUILT = shell(f"mkdir -p {DEPS_DIR} && cp -r {{dep_zlib}} {DEPS_DIR}/zlib && "
                     f"cd {DEPS_DIR}/zlib && ./configure --static && make -j{{jobs}} libz.a")
 
-# Every source of woff2 1.0.2's src/: the libraries, the woff2_compress/decompress/info
+# woff2 1.0.2's src/: the font-table code (a failure fails the package), then the
+# encoder and decoder (they include brotli's headers), the woff2_compress/decompress/info
 # tools and the two fuzz targets.
-_WOFF2_SOURCES = tuple(f"src/{name}.cc" for name in (
+_WOFF2_CORE = tuple(f"src/{name}.cc" for name in (
     "font", "glyph", "normalize", "table_tags", "transform", "variable_length",
-    "woff2_common", "woff2_out", "woff2_enc", "woff2_dec", "woff2_compress",
-    "woff2_decompress", "woff2_info", "convert_woff2ttf_fuzzer",
-    "convert_woff2ttf_fuzzer_new_entry"))
+    "woff2_common", "woff2_out"))
+_WOFF2_MORE = tuple(f"src/{name}.cc" for name in (
+    "woff2_enc", "woff2_dec", "woff2_compress", "woff2_decompress", "woff2_info",
+    "convert_woff2ttf_fuzzer", "convert_woff2ttf_fuzzer_new_entry"))
+_WOFF2_FLAGS = "-std=c++11 -Iinclude -I{dep_brotli}/c/include"
 
 _TINYOBJ_OPTS = ("-DTINYOBJLOADER_BUILD_TEST_LOADER=ON", "-DTINYOBJLOADER_BUILD_OBJ_STICHER=ON")
 # Two examples without a CMake target in the top-level build (their own CMakeLists want an
@@ -372,12 +375,12 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         "-DPCRE2_BUILD_PCRE2_32=OFF"),
         note="8-bit library and POSIX wrapper; the 16/32-bit builds recompile the same "
         "sources"),
-    Recipe("pcre3", "c", autotools("--enable-cpp",
-                                   make=("libpcre.la", "libpcreposix.la", "libpcrecpp.la"),
+    Recipe("pcre3", "c", autotools("--enable-cpp", make=("libpcre.la", "libpcreposix.la"),
                                    autoreconf=True),
-           # the C++ wrapper's unit tests (built, not run)
-           extra=(("make", "-j{jobs}", "pcrecpp_unittest", "pcre_scanner_unittest",
-                   "pcre_stringpiece_unittest"),),
+           # the C++ wrapper, then its unit tests (built, not run)
+           extra=(("make", "-j{jobs}", "libpcrecpp.la"),
+                  ("make", "-j{jobs}", "pcrecpp_unittest", "pcre_scanner_unittest",
+                   "pcre_stringpiece_unittest")),
            note="8-bit library, POSIX and C++ wrappers (as Debian's libpcrecpp), then the "
            "C++ wrapper's tests"),
     Recipe("libyaml", "c", cmake("-DINSTALL_CMAKE_DIR=lib/cmake", targets=("yaml",))),
@@ -740,9 +743,8 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                   cmake_build(keep_going=True))),
     # Each source compiled on its own (no link: brotli's code is not on the allowlist); the
     # encoder and decoder include brotli's headers, from its source package.
-    Recipe("woff2", "c++", (compile_each(
-        _WOFF2_SOURCES, "-std=c++11 -Iinclude -I{dep_brotli}/c/include", fatal=True),),
-        headers=("brotli",),
+    Recipe("woff2", "c++", (compile_each(_WOFF2_CORE, _WOFF2_FLAGS, fatal=True),),
+           extra=(compile_each(_WOFF2_MORE, _WOFF2_FLAGS),), headers=("brotli",),
         note="the font code, encoder, decoder, the three tools and the fuzz targets, "
         "compiled (brotli's headers from its source package, off the allowlist)"),
     Recipe("openexr", "c++", (
