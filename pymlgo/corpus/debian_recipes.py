@@ -297,11 +297,13 @@ _OPENEXR_OPTS = (
 _TAGLIB_OPTS = ("-DWITH_ZLIB=OFF", "-DBUILD_EXAMPLES=ON", "-DBUILD_BINDINGS=ON",
                 "-DCMAKE_CXX_FLAGS=-I{src}/3rdparty")
 # taglib's tests need CppUnit (Debian build-depends on libcppunit-dev): its source package,
-# off the allowlist, compiled in _deps/ as a static library.
+# off the allowlist, compiled in _deps/ as a static library. Regenerated first: Debian's
+# patches leave make wanting to rerun the tarball's automake version.
 _CPPUNIT_BUILT = shell(
     f"mkdir -p {DEPS_DIR} && cp -r {{dep_cppunit}} {DEPS_DIR}/cppunit && cd {DEPS_DIR}/cppunit "
-    "&& ./configure --disable-shared --enable-static --disable-doxygen --disable-html-docs "
-    "--disable-latex-docs >/dev/null && make -j{jobs} -C src/cppunit libcppunit.la")
+    "&& autoreconf -fi >/dev/null 2>&1 && ./configure --disable-shared --enable-static "
+    "--disable-doxygen --disable-html-docs --disable-latex-docs >/dev/null "
+    "&& make -j{jobs} -C src/cppunit libcppunit.la")
 # taglib's FindCppUnit asks cppunit-config for the version unless it is given.
 _TAGLIB_TEST_OPTS = (
     "-DBUILD_TESTING=ON", f"-DCPPUNIT_INCLUDE_DIR={{src}}/{DEPS_DIR}/cppunit/include",
