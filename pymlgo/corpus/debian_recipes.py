@@ -147,6 +147,21 @@ def link_dep(dep: str, where: str) -> tuple[str, ...]:
     return shell(f"rm -rf {where} && ln -s {{dep_{dep}}} {where}")
 
 
+def compile_each(sources: Sequence[str], flags: str, *, out_dir: str = "",
+                 fatal: bool = False) -> tuple[str, ...]:
+    """A step compiling each C++ source on its own with $CXX at -Oz (never linked), for
+    sources no target of the package's build compiles offline. The object of `dir/x.cc` is
+    `out_dir/dir/x.o`. `fatal`: a source that does not compile fails the step; otherwise it
+    is named ("not compiled: ...") and left out. `flags` may use recipe placeholders."""
+    fail = "exit 1" if fatal else 'echo "not compiled: $src"'
+    prefix = f"{out_dir}/" if out_dir else ""
+    calls = "; ".join(f"c {src} {prefix}{src.rsplit('.', 1)[0]}.o" for src in sources)
+    return shell(_brace(
+        'c() { src=$1; obj=$2; mkdir -p "$(dirname "$obj")"; set -- $CXX ') + OPT_LEVEL
+        + " -DNDEBUG " + flags + _brace(f' -c "$src" -o "$obj"; echo "$@"; "$@" || {fail}; }}; ')
+        + calls)
+
+
 # A dependency configured (not compiled) with CMake in _deps/, for generated headers.
 def dep_cmake_configure(dep: str, *options: str) -> tuple[str, ...]:
     return cmake_configure(*options, source=f"{{dep_{dep}}}", build=f"{DEPS_DIR}/{dep}")
@@ -209,6 +224,60 @@ _ZLIB_OPTS = ("-DZLIB_INCLUDE_DIR={dep_zlib}", "-DZLIB_LIBRARY={dep_zlib}/libz.a
 _ZLIB_BUILT = shell(f"mkdir -p {DEPS_DIR} && cp -r {{dep_zlib}} {DEPS_DIR}/zlib && "
                     f"cd {DEPS_DIR}/zlib && ./configure --static && make -j{{jobs}} libz.a")
 
+# woff2 1.0.2's src/: the font-table code (a failure fails the package), then the
+# woff2_compress/decompress/info tools and the two fuzz targets. Not the encoder and
+# decoder: they include brotli's headers, and brotli (off the allowlist) is a package whose
+# sources this network's mirror lacks in every listed version.
+_WOFF2_CORE = tuple(f"src/{name}.cc" for name in (
+    "font", "glyph", "normalize", "table_tags", "transform", "variable_length",
+    "woff2_common", "woff2_out"))
+_WOFF2_MORE = tuple(f"src/{name}.cc" for name in (
+    "woff2_compress", "woff2_decompress", "woff2_info", "convert_woff2ttf_fuzzer",
+    "convert_woff2ttf_fuzzer_new_entry"))
+_WOFF2_NEED_BROTLI = ("src/woff2_enc.cc", "src/woff2_dec.cc")
+_WOFF2_FLAGS = "-std=c++11 -Iinclude"
+
+_TINYOBJ_OPTS = ("-DTINYOBJLOADER_BUILD_TEST_LOADER=ON", "-DTINYOBJLOADER_BUILD_OBJ_STICHER=ON")
+# Two examples without a CMake target in the top-level build (their own CMakeLists want an
+# installed tinyobjloader). (voxelize is left out: its code is mostly a bundled copy of
+# another project's voxelizer.h.)
+_TINYOBJ_EXAMPLES = compile_each(
+    ("examples/callback_api/main.cc", "examples/skin_weight/main.cc"), "-std=c++11 -I.",
+    out_dir=BUILD_DIR)
+
+# snappy's benchmark (Debian's patch comments out the bundled benchmark it would link) and
+# its two fuzz targets (they need a fuzzing build): compiled, against benchmark's and
+# googletest's headers from their source packages and the build's generated headers.
+_SNAPPY_MORE = compile_each(
+    ("snappy_benchmark.cc", "snappy_compress_fuzzer.cc", "snappy_uncompress_fuzzer.cc"),
+    f"-std=c++11 -I. -I{BUILD_DIR} -isystem {{dep_benchmark}}/include "
+    "-isystem {dep_googletest}/googletest/include -isystem {dep_googletest}/googlemock/include",
+    out_dir=f"{BUILD_DIR}/mlgo-more")
+
+# spdlog's benchmarks (its bench/ CMake would download benchmark): compiled on their own as
+# the compiled library's users, against fmt's and benchmark's source packages.
+_SPDLOG_BENCH = compile_each(
+    ("bench/bench.cpp", "bench/async_bench.cpp", "bench/latency.cpp",
+     "bench/formatter-bench.cpp"),
+    "-std=c++11 -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -Iinclude -I{dep_fmtlib}/include "
+    "-isystem {dep_benchmark}/include", out_dir=f"{BUILD_DIR}/mlgo-more")
+_FLAC_OPTS = ("-DBUILD_CXXLIBS=ON", "-DBUILD_PROGRAMS=OFF", "-DBUILD_EXAMPLES=OFF",
+              "-DBUILD_DOCS=OFF", "-DWITH_OGG=OFF", "-DINSTALL_MANPAGES=OFF")
+
+# flatbuffers' fuzz targets (their CMake project wants a libFuzzer build) with the two
+# mains that replay an input, and its benchmarks (their CMake downloads googletest and
+# benchmark): compiled on their own, benchmark's headers from its source package.
+_FLATBUFFERS_MORE = compile_each(
+    tuple(f"tests/fuzzer/{name}" for name in (
+        "flatbuffers_annotator_fuzzer.cc", "flatbuffers_monster_fuzzer.cc",
+        "flatbuffers_parser_fuzzer.cc", "flatbuffers_scalar_fuzzer.cc",
+        "flatbuffers_verifier_fuzzer.cc", "flexbuffers_verifier_fuzzer.cc",
+        "monster_debug.cpp", "scalar_debug.cpp"))
+    + tuple(f"benchmarks/cpp/{name}" for name in (
+        "benchmark_main.cpp", "flatbuffers/fb_bench.cpp", "raw/raw_bench.cpp")),
+    "-std=c++17 -Iinclude -Isrc -Itests -Itests/fuzzer -Ibenchmarks/cpp "
+    "-isystem {dep_benchmark}/include", out_dir=f"{BUILD_DIR}/mlgo-more")
+
 # OpenEXR builds against an installed Imath (its CMake would otherwise clone it from GitHub):
 # Imath's source package, off the allowlist, is built and installed in _deps/.
 _IMATH_BUILT = (
@@ -224,6 +293,22 @@ _OPENEXR_OPTS = (
     "-DOPENEXR_FORCE_INTERNAL_IMATH=OFF", "-DOPENEXR_FORCE_INTERNAL_ZLIB=OFF",
     "-DOPENEXR_INSTALL_PKG_CONFIG=OFF", "-DDOCS=OFF",
 )
+
+_TAGLIB_OPTS = ("-DWITH_ZLIB=OFF", "-DBUILD_EXAMPLES=ON", "-DBUILD_BINDINGS=ON",
+                "-DCMAKE_CXX_FLAGS=-I{src}/3rdparty")
+# taglib's tests need CppUnit (Debian build-depends on libcppunit-dev): its source package,
+# off the allowlist, compiled in _deps/ as a static library. Regenerated first: Debian's
+# patches leave make wanting to rerun the tarball's automake version.
+_CPPUNIT_BUILT = shell(
+    f"mkdir -p {DEPS_DIR} && cp -r {{dep_cppunit}} {DEPS_DIR}/cppunit && cd {DEPS_DIR}/cppunit "
+    "&& autoreconf -fi >/dev/null 2>&1 && ./configure --disable-shared --enable-static "
+    "--disable-doxygen --disable-html-docs --disable-latex-docs >/dev/null "
+    "&& make -j{jobs} -C src/cppunit libcppunit.la")
+# taglib's FindCppUnit asks cppunit-config for the version unless it is given.
+_TAGLIB_TEST_OPTS = (
+    "-DBUILD_TESTING=ON", f"-DCPPUNIT_INCLUDE_DIR={{src}}/{DEPS_DIR}/cppunit/include",
+    f"-DCPPUNIT_LIBRARIES={{src}}/{DEPS_DIR}/cppunit/src/cppunit/.libs/libcppunit.a",
+    "-DCPPUNIT_INSTALLED_VERSION=1.15.1")
 
 # abseil's CMake defines no benchmark targets (only its Bazel build does): each benchmark
 # source is compiled on its own, as the tests are, against benchmark's and googletest's
@@ -247,7 +332,8 @@ _HB_PER_SOURCE = ("sed", "-i", _brace(
 # The test programs of src/meson.build (Debian's build compiles and runs them), as CMake
 # targets outside `all`, built by the best-effort `mlgo-hb-tests`; the unit tests with
 # -DMAIN -UNDEBUG as meson compiles them. Their second sources (hb-static.cc, ...) are the
-# library's own.
+# library's own. Then the fuzz targets of test/fuzzing/meson.build (no experimental API, so
+# no repacker fuzzer), each with the main.cc that feeds it files, as meson builds them.
 _HB_TEST_PROGRAMS = shell(_brace("""cat >> CMakeLists.txt <<'MLGO'
 add_custom_target(mlgo-hb-tests)
 foreach (source main test test-buffer-serialize test-ot-meta test-ot-name test-ot-glyphname
@@ -263,6 +349,11 @@ foreach (source main test test-buffer-serialize test-ot-meta test-ot-name test-o
     target_compile_definitions(mlgo-${name} PRIVATE MAIN)
     target_compile_options(mlgo-${name} PRIVATE -UNDEBUG)
   endif ()
+endforeach ()
+foreach (name hb-shape-fuzzer hb-subset-fuzzer hb-set-fuzzer hb-draw-fuzzer)
+  add_executable(mlgo-${name} EXCLUDE_FROM_ALL test/fuzzing/${name}.cc test/fuzzing/main.cc)
+  target_link_libraries(mlgo-${name} harfbuzz harfbuzz-subset)
+  add_dependencies(mlgo-hb-tests mlgo-${name})
 endforeach ()
 MLGO"""))
 
@@ -288,9 +379,14 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         "-DPCRE2_BUILD_PCRE2_32=OFF"),
         note="8-bit library and POSIX wrapper; the 16/32-bit builds recompile the same "
         "sources"),
-    Recipe("pcre3", "c", autotools("--disable-cpp", make=("libpcre.la", "libpcreposix.la"),
+    Recipe("pcre3", "c", autotools("--enable-cpp", make=("libpcre.la", "libpcreposix.la"),
                                    autoreconf=True),
-           note="8-bit library and POSIX wrapper, no C++ wrapper"),
+           # the C++ wrapper, then its unit tests (built, not run)
+           extra=(("make", "-j{jobs}", "libpcrecpp.la"),
+                  ("make", "-j{jobs}", "pcrecpp_unittest", "pcre_scanner_unittest",
+                   "pcre_stringpiece_unittest")),
+           note="8-bit library, POSIX and C++ wrappers (as Debian's libpcrecpp), then the "
+           "C++ wrapper's tests"),
     Recipe("libyaml", "c", cmake("-DINSTALL_CMAKE_DIR=lib/cmake", targets=("yaml",))),
     Recipe("cjson", "c", cmake(
         "-DENABLE_CJSON_TEST=OFF", "-DENABLE_CJSON_UTILS=ON", "-DBUILD_SHARED_AND_STATIC_LIBS=OFF",
@@ -390,10 +486,12 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
     Recipe("libffi", "c", autotools("--disable-docs", "--disable-multi-os-directory",
                                     # its static trampolines call an undeclared function
                                     "--disable-exec-static-tramp")),
-    Recipe("flac", "c", cmake(
-        "-DBUILD_CXXLIBS=ON", "-DBUILD_PROGRAMS=OFF", "-DBUILD_EXAMPLES=OFF", "-DBUILD_DOCS=OFF",
-        "-DWITH_OGG=OFF", "-DINSTALL_MANPAGES=OFF", targets=("FLAC", "FLAC++")),
-        note="libFLAC and libFLAC++, without Ogg"),
+    Recipe("flac", "c", cmake(*_FLAC_OPTS, targets=("FLAC", "FLAC++")),
+           # libFLAC++'s examples and tests (with the C test helpers they link)
+           extra=(cmake_configure(*_FLAC_OPTS, "-DBUILD_EXAMPLES=ON", "-DBUILD_TESTING=ON"),
+                  cmake_build("decode_file_cxx", "encode_file_cxx", "test_libFLAC++",
+                              keep_going=True)),
+           note="libFLAC and libFLAC++, without Ogg, then libFLAC++'s examples and tests"),
     # Debian builds opus with autotools: the 1.3.1 tarball's CMakeLists.txt includes an
     # opus_buildtype.cmake that the tarball lacks.
     Recipe("opus", "c", autotools("--enable-custom-modes", "--disable-doc",
@@ -431,9 +529,10 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
     # shared build only).
     Recipe("json-c", "c", cmake("-DDISABLE_WERROR=ON", "-DBUILD_STATIC_LIBS=ON",
                                 "-DDISABLE_EXTRA_LIBS=ON", targets=("json-c",))),
-    Recipe("libconfig", "c", autotools("--disable-examples", "--disable-tests",
+    Recipe("libconfig", "c", autotools("--enable-examples", "--disable-tests",
                                        make=("-C", "lib")),
-           note="libconfig and libconfig++"),
+           extra=(("make", "-j{jobs}", "-C", "examples/c++"),),
+           note="libconfig and libconfig++, then the C++ examples"),
     Recipe("libtasn1-6", "c", autotools("--disable-doc", "--disable-valgrind-tests",
                                         make=("-C", "lib"))),
     Recipe("nettle", "c", autotools("--disable-assembler", "--disable-openssl",
@@ -441,8 +540,13 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
            note="libnettle only (libhogweed needs gmp's generated headers)"),
     # Debian's tarball has no doc/ (+dfsg) and its patch takes doc/Makefile out of
     # configure.ac, not out of configure: regenerated, as Debian's build does.
-    Recipe("gmp", "c", autotools("--disable-assembly", "--disable-cxx", autoreconf=True),
-           note="generic C (no assembly); the C++ wrapper is a handful of files"),
+    Recipe("gmp", "c", autotools("--disable-assembly", "--enable-cxx", autoreconf=True),
+           # The C++ wrapper's tests (built, not run: `TESTS=` empty) and the test library
+           # they link; gmp's C tests are left out.
+           extra=(("make", "-j{jobs}", "-C", "tests", "libtests.la"),
+                  ("make", "-j{jobs}", "-C", "tests/cxx", "check", "TESTS=")),
+           note="generic C (no assembly) and the C++ wrapper (as Debian's libgmpxx), then "
+           "the C++ wrapper's tests"),
     Recipe("mpfr4", "c", (
         # mpfr's configure links against gmp: build it from its source in _deps/.
         shell("cp -r {dep_gmp} _deps_gmp && mkdir -p _deps && mv _deps_gmp _deps/gmp && "
@@ -492,9 +596,10 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         extra=(cmake_configure("-DSNAPPY_BUILD_TESTS=ON", "-DSNAPPY_BUILD_BENCHMARKS=OFF",
                                "-DBUILD_TESTING=ON", "-DBENCHMARK_ENABLE_TESTING=OFF",
                                "-DBENCHMARK_ENABLE_WERROR=OFF", "-DSNAPPY_INSTALL=OFF"),
-               cmake_build(keep_going=True)),
+               cmake_build(keep_going=True), _SNAPPY_MORE),
         deps=("googletest", "benchmark"), exclude=_NOT_THEIR_GTEST,
-        note="library and tests (googletest from its source package)"),
+        note="library and tests (googletest from its source package), then the benchmark "
+        "and fuzz targets compiled on their own"),
     Recipe("leveldb", "c++", (
         link_dep("googletest", "third_party/googletest"),
         link_dep("benchmark", "third_party/benchmark"),
@@ -577,8 +682,10 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                                        "-DFLATBUFFERS_STRICT_MODE=OFF"),
            extra=(cmake_configure("-DFLATBUFFERS_BUILD_TESTS=ON",
                                   "-DFLATBUFFERS_LIBCXX_WITH_CLANG=OFF"),
-                  cmake_build(keep_going=True)),
-           note="flatbuffers, flatc, flathash, then tests and samples"),
+                  cmake_build(keep_going=True), _FLATBUFFERS_MORE),
+           deps=("benchmark",),
+           note="flatbuffers, flatc, flathash, then tests and samples, and the fuzz targets "
+           "and benchmarks compiled on their own"),
     Recipe("capnproto", "c++", cmake("-DWITH_OPENSSL=OFF", "-DWITH_ZLIB=OFF"),
            extra=(cmake_configure("-DWITH_OPENSSL=OFF", "-DWITH_ZLIB=OFF", "-DBUILD_TESTING=ON"),
                   cmake_build(keep_going=True)),
@@ -596,11 +703,13 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
              "tests/includes.h", "tests/main.cpp"),
             cmake_configure("-DSPDLOG_FMT_EXTERNAL=ON", "-Dfmt_DIR={src}/_deps/fmtlib",
                             "-DSPDLOG_BUILD_EXAMPLE=ON", "-DSPDLOG_BUILD_TESTS=ON",
-                            "-DBUILD_TESTING=ON"), cmake_build(keep_going=True)),
+                            "-DBUILD_TESTING=ON"), cmake_build(keep_going=True),
+            _SPDLOG_BENCH),
         # main.cpp is Catch2's own implementation (CATCH_CONFIG_MAIN): not spdlog's code.
         exclude=r"/spdlog-utests\.dir/main\.cpp",
-        deps=("fmtlib",), note="compiled library and example, then tests (Catch2: the "
-        "tarball's copy)"),
+        deps=("fmtlib", "benchmark"), note="compiled library and example, then tests "
+        "(Catch2: the tarball's copy) and benchmarks (benchmark's headers from its source "
+        "package)"),
     Recipe("zeromq3", "c++", cmake(
         "-DWITH_LIBSODIUM=OFF", "-DENABLE_CURVE=OFF", "-DWITH_DOCS=OFF", "-DWITH_DOC=OFF",
         "-DBUILD_SHARED=OFF", "-DBUILD_STATIC=ON", "-DBUILD_TESTS=OFF", "-DWITH_TLS=OFF",
@@ -621,10 +730,12 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         # Debian includes <utf8/checked.h> from its utfcpp package; the tarball's own copy
         # of utfcpp (3rdparty/utf8-cpp) serves under that name.
         ("ln", "-s", "utf8-cpp", "3rdparty/utf8"),
-        *cmake("-DWITH_ZLIB=OFF", "-DBUILD_EXAMPLES=ON", "-DBUILD_BINDINGS=ON",
-               "-DCMAKE_CXX_FLAGS=-I{src}/3rdparty")),
-        note="libtag, the C bindings and examples (utfcpp: the tarball's copy); tests need "
-        "cppunit"),
+        *cmake(*_TAGLIB_OPTS)),
+           extra=(_CPPUNIT_BUILT, cmake_configure(*_TAGLIB_OPTS, *_TAGLIB_TEST_OPTS),
+                  cmake_build(keep_going=True)),
+           helpers=("cppunit",),
+           note="libtag, the C bindings and examples (utfcpp: the tarball's copy), then its "
+           "tests against CppUnit (off the allowlist) built in _deps/, not in the corpus"),
     Recipe("harfbuzz", "c++", (_HB_PER_SOURCE, _HB_TEST_PROGRAMS, *cmake(
         "-DHB_BUILD_SUBSET=ON", "-DHB_HAVE_FREETYPE=OFF", "-DHB_HAVE_GLIB=OFF",
         "-DHB_HAVE_ICU=OFF", "-DHB_BUILD_TESTS=OFF")),
@@ -634,14 +745,12 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
     Recipe("graphite2", "c++", cmake("-DGRAPHITE2_COMPARE_RENDERER=OFF"),
            extra=(cmake_configure("-DGRAPHITE2_COMPARE_RENDERER=OFF", "-DBUILD_TESTING=ON"),
                   cmake_build(keep_going=True))),
-    Recipe("woff2", "c++", (shell(
-        # woff2's encoder and decoder need brotli, which is not on the allowlist: compile
-        # the font-table code that does not include it.
-        "for f in font glyph normalize table_tags transform variable_length woff2_common "
-        "woff2_out; do echo $CXX -std=c++11 " + OPT_LEVEL + " -DNDEBUG -Iinclude -c "
-        "src/$f.cc -o src/$f.o; $CXX -std=c++11 " + OPT_LEVEL + " -DNDEBUG -Iinclude -c "
-        "src/$f.cc -o src/$f.o || exit 1; done"),),
-        note="the font code without brotli (not allowlisted): no encoder/decoder"),
+    # Each source compiled on its own: nothing is linked (the encoder and decoder, which
+    # need brotli, are left out).
+    Recipe("woff2", "c++", (compile_each(_WOFF2_CORE, _WOFF2_FLAGS, fatal=True),),
+           extra=(compile_each(_WOFF2_MORE, _WOFF2_FLAGS),),
+           note="the font code, then the three tools and the fuzz targets; no encoder/decoder "
+           "(they need brotli, not on the allowlist and not on this mirror)"),
     Recipe("openexr", "c++", (
         _ZLIB_BUILT, *_IMATH_BUILT,
         *cmake(*_OPENEXR_OPTS, "-DOPENEXR_BUILD_TOOLS=OFF", "-DOPENEXR_INSTALL_EXAMPLES=OFF")),
@@ -659,8 +768,11 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
         ("cmake", "--install", f"{DEPS_DIR}/libebml", "--prefix", "{src}/_deps/prefix"),
         *cmake("-DEBML_DIR={src}/_deps/prefix/lib/cmake/EBML", "-DDISABLE_PKGCONFIG=ON")),
         deps=("libebml",), note="against libebml built from its source package"),
-    Recipe("tinyobjloader", "c++", cmake("-DTINYOBJLOADER_BUILD_TEST_LOADER=ON",
-                                         "-DTINYOBJLOADER_BUILD_OBJ_STICHER=ON")),
+    Recipe("tinyobjloader", "c++", cmake(*_TINYOBJ_OPTS),
+           extra=(cmake_configure(*_TINYOBJ_OPTS, "-DBUILD_TESTING=ON"),
+                  cmake_build(keep_going=True), _TINYOBJ_EXAMPLES),
+           note="library (float and double), loader example and obj_sticher, then its tester "
+           "(against both libraries) and the callback_api and skin_weight examples"),
     Recipe("cppcheck", "c++", (
         # cppcheck 2.10's SmallVector allocator cannot be rebound to its own type, which
         # the bundled clang's libc++ asserts (newer cppchecks add this same member).
