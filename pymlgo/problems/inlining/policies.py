@@ -76,6 +76,7 @@ class RandomPolicy:
 SHIFT_PREFIX = "shift:"
 # What a shift policy reads: clang's decision, and the two numbers it compares.
 _SHIFT_FEATURES = (DEFAULT_FEATURE, "cost_estimate", "threshold", "callee_users")
+ANY_USERS = 2**62  # shift's USERS when not given: no limit on the callee's users
 
 
 @dataclass(frozen=True)
@@ -95,12 +96,12 @@ class ShiftPolicy:
 
     down: int = 0
     up: int = 0
-    users: int = 2**62
+    users: int = ANY_USERS
     required_features: tuple[str, ...] = _SHIFT_FEATURES
 
     @property
     def name(self) -> str:
-        users = "" if self.users == 2**62 else f":{self.users}"
+        users = "" if self.users == ANY_USERS else f":{self.users}"
         return f"{SHIFT_PREFIX}{self.down}:{self.up}{users}"
 
     def for_module(self, module: str) -> Decide:
