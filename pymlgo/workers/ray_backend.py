@@ -358,7 +358,12 @@ class RayExecutor(ExecutorBase):
     ) -> Iterator[ModuleResult]:
         try:
             yield from self._schedule(spec, jobs, cut)
-        except ConnectionError as exc:  # Ray Client: the head (or the way to it) is gone
+        except Exception as exc:
+            # Ray Client: the head (or the way to it) is gone. Besides ConnectionError, a call
+            # made after the client dropped fails with whatever the non-client API says
+            # (seen: ray.kill() of a ClientActorHandle), so a disconnected client decides.
+            if not isinstance(exc, ConnectionError) and self._ray.is_initialized():
+                raise
             self._lost = True
             raise ExecutorError(
                 f"lost the Ray cluster at {self.address}: {exc}. Unfinished compiles of "
