@@ -108,15 +108,16 @@ class ShiftPolicy:
         down, up, users = self.down, self.up, self.users
 
         def decide(features: Mapping[str, np.ndarray]) -> int:
-            def value(name: str) -> int:
-                return int(features[name].reshape(-1)[0])
-
-            margin = value("threshold") - value("cost_estimate")
-            if value(DEFAULT_FEATURE):
+            margin = _scalar(features, "threshold") - _scalar(features, "cost_estimate")
+            if _scalar(features, DEFAULT_FEATURE):
                 return int(down == 0 or margin >= down)
-            return int(up > 0 and margin > -up and value("callee_users") <= users)
+            return int(up > 0 and margin > -up and _scalar(features, "callee_users") <= users)
 
         return decide
+
+
+def _scalar(features: Mapping[str, np.ndarray], name: str) -> int:
+    return int(features[name].reshape(-1)[0])
 
 
 def _shift_policy(spec: str) -> ShiftPolicy:
