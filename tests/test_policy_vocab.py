@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -235,3 +237,80 @@ def test_pretrained_policy_keeps_the_clip_tail():
 
     policy = load_policy_dir(pretrained_root() / "inlining-oz")
     assert policy.vocab.tail == "clip"
+
+
+def margin_columns(seed: int = 0, n: int = 3000) -> dict[str, np.ndarray]:
+    """Clang-like cost model: a threshold taking few values, a cost estimate near it."""
+    rng = np.random.default_rng(seed)
+    threshold = rng.choice([5, 45, 250], n).astype(np.int64)
+    return {"threshold": threshold,
+            "cost_estimate": threshold + rng.integers(-40, 40, n, dtype=np.int64),
+            "callee_users": rng.geometric(0.3, n).astype(np.int64)}
+
+
+def test_a_difference_is_quantile_normalized_after_the_features_from_its_own_boundaries():
+    cols = margin_columns()
+    vocab = build_vocab(cols, differences=["threshold-cost_estimate"])
+    (d,) = vocab.differences
+    assert d.name == "threshold-cost_estimate"
+    margin = cols["threshold"] - cols["cost_estimate"]
+    # one boundary per margin seen: margins 0 and 1 are told apart, whatever the threshold
+    assert d.boundaries.tolist() == sorted(set(margin.tolist()))
+    assert vocab.input_dim == 2 * (3 + 1) and vocab.raw_width == 3  # no raw column added
+    out = vocab.normalize(vocab.matrix(cols))
+    expected = np.searchsorted(d.boundaries, margin, side="right") / d.boundaries.size
+    assert np.array_equal(out[:, 3], expected.astype(np.float32))
+    assert np.array_equal(out[:, 4:], out[:, :4] * out[:, :4])  # squares of all four
+    plain = build_vocab(cols)
+    assert np.array_equal(out[:, :3], plain.normalize(plain.matrix(cols))[:, :3])
+
+
+def test_a_difference_decides_alike_per_decision_and_in_batch_with_either_tail():
+    from pymlgo.policy.inlining import InliningPolicy, _row_logit_fn
+    from pymlgo.policy.mlp import init_mlp
+
+    cols = margin_columns()
+    for tail in ("clip", "log"):
+        vocab = build_vocab(cols, differences=["threshold-cost_estimate",
+                                               "callee_users-threshold"], tail=tail)
+        params = init_mlp(vocab.input_dim, (8,), np.random.default_rng(1))
+        policy = InliningPolicy(vocab=vocab, params=params, hidden=(8,))
+        wide = margin_columns(seed=3)
+        wide["cost_estimate"] = wide["cost_estimate"] - 500  # margins beyond the vocab's
+        x = vocab.matrix(wide)
+        logits = policy.logits(x)
+        row = _row_logit_fn(vocab, params)
+        for i in range(0, len(x), 7):
+            feats = {f: np.array([x[i, j]]) for j, f in enumerate(vocab.features)}
+            assert row(feats) == float(logits[i])
+
+
+def test_a_vocab_with_differences_is_version_4_and_round_trips(tmp_path):
+    cols = margin_columns()
+    vocab = build_vocab(cols, differences=["threshold-cost_estimate"])
+    save_vocab(vocab, tmp_path / "v.json")
+    text = (tmp_path / "v.json").read_text()
+    assert '"version": 4' in text and '"differences": [' in text
+    back = load_vocab(tmp_path / "v.json")
+    assert [d.name for d in back.differences] == ["threshold-cost_estimate"]
+    x = vocab.matrix(margin_columns(seed=5))
+    assert np.array_equal(back.normalize(x), vocab.normalize(x))
+    assert dumps_vocab(back) == text
+    # without differences the bytes are what they always were
+    assert '"version": 1' in dumps_vocab(build_vocab(cols))
+
+
+def test_a_difference_of_features_the_vocab_does_not_read_is_refused(tmp_path):
+    cols = margin_columns()
+    with pytest.raises(KeyError, match="callee_users"):
+        build_vocab(cols, features=["threshold", "cost_estimate"],
+                    differences=["threshold-callee_users"])
+    with pytest.raises(ValueError, match="MINUEND-SUBTRAHEND"):
+        build_vocab(cols, differences=["threshold"])
+    with pytest.raises(ValueError, match="always 0"):
+        build_vocab(cols, differences=["threshold-threshold"])
+    doc = json.loads(dumps_vocab(build_vocab(cols, differences=["threshold-cost_estimate"])))
+    del doc["differences"]
+    (tmp_path / "v.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="differences"):
+        load_vocab(tmp_path / "v.json")

@@ -224,3 +224,15 @@ def test_il_search_moves_are_saved_only_when_not_single_flips():
     assert "il" not in to_dict(make_config(algo="il"))
     assert "moves" not in to_dict(make_config(algo="il", il={"budget": 8}))["il"]
     assert to_dict(make_config(algo="il", il={"moves": "callee"}))["il"]["moves"] == "callee"
+
+
+def test_a_difference_input_is_one_policy_key_checked_at_once_and_saved_only_when_set():
+    cfg = make_config(algo="es", policy={"differences": ["threshold-cost_estimate"]})
+    assert cfg.policy.differences == ("threshold-cost_estimate",)
+    assert cfg.provenance()["policy"]["differences"] == ["threshold-cost_estimate"]
+    assert "differences" not in make_config(algo="es").provenance()["policy"]
+    with pytest.raises(ConfigError, match="MINUEND-SUBTRAHEND"):
+        make_config(algo="es", policy={"differences": ["threshold+cost_estimate"]})
+    with pytest.raises(ConfigError, match="cost_estimate in policy.features"):
+        make_config(algo="es", policy={"differences": ["threshold-cost_estimate"],
+                                       "features": ["threshold", "callee_users"]})

@@ -61,6 +61,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_false",
         help="feed only the normalized values, not also their squares",
     )
+    p.add_argument(
+        "--difference",
+        dest="differences",
+        action="append",
+        default=[],
+        metavar="A-B",
+        help="also feed the difference of two features, with quantiles of its own (repeat "
+             "for more); e.g. threshold-cost_estimate, the margin by which clang's cost "
+             "estimate clears its threshold",
+    )
     p.set_defaults(func=run)
 
 
@@ -71,17 +81,20 @@ def run(args: argparse.Namespace) -> int:
         names = [n for n in columns if (args.include_default or n != HEURISTIC_FEATURE)
                  and n not in EMBEDDING_FEATURES]
         vocab = build_vocab(
-            columns, quantiles=args.quantiles, features=names, with_square=args.with_square
+            columns, quantiles=args.quantiles, features=names, with_square=args.with_square,
+            differences=args.differences,
         )
         out = args.output_dir / VOCAB_FILE
         save_vocab(vocab, out)
-    except (OSError, ValueError) as exc:
-        print(f"mlgo vocab: {exc}", file=sys.stderr)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"mlgo vocab: {exc.args[0] if isinstance(exc, KeyError) else exc}",
+              file=sys.stderr)
         return 2
     samples = len(next(iter(columns.values()))) if columns else 0
-    constant = [n for n, b in zip(vocab.features, vocab.boundaries, strict=True) if b.size <= 1]
+    constant = [n for n, b in vocab.scalar_inputs if b.size <= 1]
+    derived = f" and {len(vocab.differences)} differences" if vocab.differences else ""
     print(
-        f"vocab: {len(vocab.features)} features from {samples} decisions -> {out} "
+        f"vocab: {len(vocab.features)} features{derived} from {samples} decisions -> {out} "
         f"(input width {vocab.input_dim})"
     )
     if constant:

@@ -17,9 +17,10 @@
   feeds; every model input must be one LLVM feeds. `output_spec.json` maps the logging
   name `inlining_decision` (LLVM requires it first) to the output tensor's name and port.
 
-The graph computes exactly what `InliningPolicy` does: per feature the number of vocab
-boundaries `<= x` divided by their count (compared as integers: for an integer `x`,
-`b <= x` iff `ceil(b) <= x`, so no float rounding enters), squares if the vocab has them,
+The graph computes exactly what `InliningPolicy` does: per feature (and per difference of
+two features, computed in int64) the number of vocab boundaries `<= x` divided by their
+count (compared as integers: for an integer `x`, `b <= x` iff `ceil(b) <= x`, so no float
+rounding enters), squares if the vocab has them,
 embeddings z-scored and clipped as `policy.vocab.EmbeddingInput` does (float32), the ReLU
 MLP in float32, and `inlining_decision = logit >= 0`.
 
@@ -113,27 +114,32 @@ def _policy_fn(
     names = feature_input_names(policy)
     tables = [
         (tf.constant(integer_thresholds(b), dtype=tf.int64), float(b.size))
-        for b in policy.vocab.boundaries
+        for _, b in policy.vocab.scalar_inputs
     ]
+    differences = policy.vocab.difference_columns
     layers = [
         (tf.constant(w, dtype=tf.float32), tf.constant(b, dtype=tf.float32))
         for w, b in zip(policy.params.weights, policy.params.biases, strict=True)
     ]
     with_square = policy.vocab.with_square
     n_inputs = len(names)
+    n_scalars = len(tables)
     clip = tf.constant(EMBEDDING_CLIP, tf.float32)
     embeddings = [(tf.constant(e.mean, tf.float32), tf.constant(e.scale, tf.float32), e.dim)
                   for e in policy.vocab.embeddings]
 
     def action(*inputs: Any) -> dict[str, Any]:
         values = []
-        for x, (thresholds, k) in zip(inputs[:n_inputs], tables, strict=True):
+        # a difference of two int64 features, as int64: exact, as the float64 of the vocab
+        # for every value below 2**53
+        scalars = [*inputs[:n_inputs], *(inputs[a] - inputs[b] for a, b in differences)]
+        for x, (thresholds, k) in zip(scalars, tables, strict=True):
             if k == 0:
                 values.append(tf.zeros([], tf.float32))  # no data: always 0.0, as the vocab
                 continue
             hits = tf.cast(tf.less_equal(thresholds, tf.reshape(x, [1])), tf.float32)
             values.append(tf.reduce_sum(hits) / tf.constant(k, tf.float32))
-        v = tf.reshape(tf.stack(values), [1, n_inputs])
+        v = tf.reshape(tf.stack(values), [1, n_scalars])
         parts = [v, v * v] if with_square else [v]
         # the float32 arithmetic of EmbeddingInput.normalize, op for op
         embedded = inputs[n_inputs:n_inputs + len(embeddings)]  # time steps follow

@@ -145,12 +145,16 @@ def _row_logit_fn(vocab: Vocab, params: MLPParams) -> Callable[[Mapping[str, np.
         (name, b.tolist(), b.size)
         for name, b in zip(vocab.features, vocab.boundaries, strict=True)
     ]
-    # features with a log tail (vocab.tail == "log"): position -> its parameters
+    # differences: (minuend name, subtrahend name, boundaries, count)
+    derived = [(d.minuend, d.subtrahend, d.boundaries.tolist(), d.boundaries.size)
+               for d in vocab.differences]
+    # quantile inputs with a log tail (vocab.tail == "log"): position -> its parameters
     tails = {j: t for j, t in enumerate(vocab.tails) if t is not None}
-    nf = len(table)
+    nf, ns = len(table), len(table) + len(derived)
     buf = np.zeros(vocab.input_dim, dtype=np.float32)
-    scalar_end = nf * (2 if vocab.with_square else 1)
-    values, squares = buf[:nf], buf[nf:scalar_end]
+    scalar_end = ns * (2 if vocab.with_square else 1)
+    values, diffs, squares = buf[:nf], buf[nf:ns], buf[ns:scalar_end]
+    scalars = buf[:ns]
     # float[dim] inputs: where each one's normalized values go in the row
     embeddings = []
     at = scalar_end
@@ -172,8 +176,14 @@ def _row_logit_fn(vocab: Vocab, params: MLPParams) -> Callable[[Mapping[str, np.
                 bisect_right(b, float(features[name].item())) / k if k else 0.0
                 for name, b, k in table
             ]
+        if derived:
+            diffs[:] = [
+                _value(bounds, float(features[minuend].item())
+                       - float(features[subtrahend].item()), k, tails.get(nf + j))
+                for j, (minuend, subtrahend, bounds, k) in enumerate(derived)
+            ]
         if with_square:
-            np.multiply(values, values, out=squares)
+            np.multiply(scalars, scalars, out=squares)
         for name, normalize, out in embeddings:
             out[:] = normalize(features[name])
         h = buf

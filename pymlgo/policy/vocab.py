@@ -38,6 +38,16 @@ bit). A dimension that never varied in training has scale 1. Their values follow
 scalar inputs (and their squares), one embedding after the other, in `embeddings` order;
 the raw matrix `normalize` takes has the scalar features' columns, then each embedding's
 `dim` columns. A vocab with embeddings is written as version 3 (older pymlgo refuses it).
+
+Differences (`differences`): a scalar input computed from two scalar features of the
+vocab, `minuend - subtrahend`, quantile-normalized (and tailed) like any feature with
+boundaries of its own. Its name is `"minuend-subtrahend"`. Clang's inliner decides by
+`threshold - cost_estimate`, and quantile buckets of the two features apart cannot show
+a network that difference sharply (a margin of 0 and of 1 may share a bucket of each).
+They follow the features in the input layout, `[v_0 .. v_{f-1}, d_0 .. d_{g-1}]`, then
+the squares of all of those, then the embeddings; they add no raw column (both operands
+are features already). A vocab with differences is written as version 4, with an explicit
+tail and embeddings optional (older pymlgo refuses it).
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ VOCAB_FORMAT = "pymlgo-vocab"
 VOCAB_VERSION = 1  # "clip" tail (the only kind before `tail`)
 VOCAB_VERSION_LOG_TAIL = 2
 VOCAB_VERSION_EMBEDDINGS = 3  # any tail, written explicitly; float vector inputs
+VOCAB_VERSION_DIFFERENCES = 4  # any tail, written explicitly; differences of two features
 EMBEDDING_CLIP = 5.0  # z-scores beyond it (code far from the training code) are clipped
 DEFAULT_QUANTILES = 1000
 Tail = Literal["clip", "log"]
@@ -161,6 +172,58 @@ def fit_embedding(name: str, values: np.ndarray) -> EmbeddingInput:
     return EmbeddingInput(name, mean, np.where(constant, 1.0, std))
 
 
+def difference_operands(name: str) -> tuple[str, str]:
+    """`"threshold-cost_estimate"` -> ("threshold", "cost_estimate"); ValueError if not
+    two non-empty feature names joined by one `-`."""
+    parts = name.split("-")
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(f"a difference is MINUEND-SUBTRAHEND (two feature names joined by "
+                         f"'-', e.g. threshold-cost_estimate), not {name!r}")
+    return parts[0], parts[1]
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: an ndarray field makes generated __eq__ raise
+class Difference:
+    """One derived scalar input: `minuend - subtrahend`, quantile-normalized by its own
+    boundaries (see the module docstring)."""
+
+    minuend: str
+    subtrahend: str
+    boundaries: np.ndarray
+
+    def __post_init__(self) -> None:
+        if not self.minuend or not self.subtrahend or "-" in self.minuend + self.subtrahend:
+            raise ValueError(f"difference operands must be feature names without '-', got "
+                             f"{self.minuend!r} and {self.subtrahend!r}")
+        if self.minuend == self.subtrahend:
+            raise ValueError(f"difference {self.name!r} is always 0")
+        object.__setattr__(self, "boundaries", _checked_boundaries(self.name, self.boundaries))
+
+    @property
+    def name(self) -> str:
+        return f"{self.minuend}-{self.subtrahend}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "boundaries": [_json_number(v) for v in
+                                                  self.boundaries.tolist()]}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Difference:
+        if not (isinstance(d, Mapping) and isinstance(d.get("name"), str)
+                and isinstance(d.get("boundaries"), list)):
+            raise ValueError("vocab 'differences' must be a list of {name, boundaries} objects")
+        a, b = difference_operands(d["name"])
+        return cls(a, b, np.array(d["boundaries"], dtype=np.float64))
+
+
+def _checked_boundaries(name: str, b: Any) -> np.ndarray:
+    arr = np.array(b, dtype=np.float64).reshape(-1)
+    if np.isnan(arr).any() or (arr.size > 1 and not (np.diff(arr) > 0).all()):
+        raise ValueError(f"vocab boundaries of {name!r} must be strictly increasing")
+    arr.flags.writeable = False  # frozen means frozen, also for the arrays
+    return arr
+
+
 @dataclass(frozen=True, eq=False)  # eq=False: ndarray fields make generated __eq__ raise
 class Vocab:
     features: tuple[str, ...]  # feature names, in input order
@@ -168,40 +231,57 @@ class Vocab:
     with_square: bool = True
     tail: Tail = "clip"  # values beyond the last boundary: see the module docstring
     embeddings: tuple[EmbeddingInput, ...] = ()  # float[dim] inputs after the scalar ones
+    differences: tuple[Difference, ...] = ()  # derived scalar inputs after the features
 
     def __post_init__(self) -> None:
         features = tuple(self.features)
         embeddings = tuple(self.embeddings)
-        names = (*features, *(e.name for e in embeddings))
+        differences = tuple(self.differences)
+        names = (*features, *(d.name for d in differences), *(e.name for e in embeddings))
         if len(set(names)) != len(names):
             raise ValueError(f"vocab lists a feature twice: {names}")
         if len(self.boundaries) != len(features):
             raise ValueError(
                 f"vocab has {len(features)} features but {len(self.boundaries)} boundary lists"
             )
-        bounds = []
-        for name, b in zip(features, self.boundaries, strict=True):
-            arr = np.array(b, dtype=np.float64).reshape(-1)
-            if np.isnan(arr).any() or (arr.size > 1 and not (np.diff(arr) > 0).all()):
-                raise ValueError(f"vocab boundaries of {name!r} must be strictly increasing")
-            arr.flags.writeable = False  # frozen means frozen, also for the arrays
-            bounds.append(arr)
+        for d in differences:
+            missing = [f for f in (d.minuend, d.subtrahend) if f not in features]
+            if missing:
+                raise ValueError(f"difference {d.name!r} needs the vocab to read "
+                                 f"{' and '.join(missing)} as a feature")
+        bounds = [_checked_boundaries(name, b)
+                  for name, b in zip(features, self.boundaries, strict=True)]
         if self.tail not in TAILS:
             raise ValueError(f"vocab tail must be one of {', '.join(TAILS)}, not {self.tail!r}")
         object.__setattr__(self, "features", features)
         object.__setattr__(self, "boundaries", tuple(bounds))
         object.__setattr__(self, "embeddings", embeddings)
+        object.__setattr__(self, "differences", differences)
+
+    @property
+    def scalar_inputs(self) -> tuple[tuple[str, np.ndarray], ...]:
+        """(name, boundaries) of every quantile input in input order: the features, then
+        the differences."""
+        return (*zip(self.features, self.boundaries, strict=True),
+                *((d.name, d.boundaries) for d in self.differences))
+
+    @property
+    def difference_columns(self) -> tuple[tuple[int, int], ...]:
+        """Per difference the raw columns (feature positions) of its two operands."""
+        at = {f: i for i, f in enumerate(self.features)}
+        return tuple((at[d.minuend], at[d.subtrahend]) for d in self.differences)
 
     @property
     def tails(self) -> tuple[tuple[float, float, float] | None, ...]:
-        """Per feature the log tail's parameters; all None for a "clip" vocab."""
+        """Per quantile input (`scalar_inputs`) the log tail's parameters; all None for a
+        "clip" vocab."""
         if self.tail == "clip":
-            return (None,) * len(self.boundaries)
-        return tuple(tail_params(b) for b in self.boundaries)
+            return (None,) * len(self.scalar_inputs)
+        return tuple(tail_params(b) for _, b in self.scalar_inputs)
 
     @property
     def input_dim(self) -> int:
-        return (len(self.features) * (2 if self.with_square else 1)
+        return ((len(self.features) + len(self.differences)) * (2 if self.with_square else 1)
                 + sum(e.dim for e in self.embeddings))
 
     @property
@@ -241,19 +321,26 @@ class Vocab:
             raise ValueError(
                 f"expected raw features of shape (n, {self.raw_width}), got {x.shape}"
             )
-        out = np.zeros((x.shape[0], len(self.features)), dtype=np.float64)
-        for j, (b, tail) in enumerate(zip(self.boundaries, self.tails, strict=True)):
+        nf = len(self.features)
+        scalars = x[:, :nf].astype(np.float64)
+        if self.differences:  # float64 differences of integer features: exact
+            scalars = np.concatenate(
+                [scalars, *((scalars[:, a] - scalars[:, b])[:, None]
+                            for a, b in self.difference_columns)], axis=1)
+        inputs = self.scalar_inputs
+        out = np.zeros((x.shape[0], len(inputs)), dtype=np.float64)
+        for j, ((_, b), tail) in enumerate(zip(inputs, self.tails, strict=True)):
             if b.size:
-                out[:, j] = np.searchsorted(b, x[:, j], side="right") / b.size
+                out[:, j] = np.searchsorted(b, scalars[:, j], side="right") / b.size
             if tail is not None:
                 # rare (values no training module reached): a Python loop keeps the
                 # arithmetic that of the per-decision path, bit for bit
-                for i in np.flatnonzero(x[:, j] > tail[0]):
-                    out[i, j] = tail_value(float(x[i, j]), tail)
+                for i in np.flatnonzero(scalars[:, j] > tail[0]):
+                    out[i, j] = tail_value(float(scalars[i, j]), tail)
         v = out.astype(np.float32)
         # Square in float32, as the per-decision path does, so both give identical inputs.
         parts = [v, v * v] if self.with_square else [v]
-        at = len(self.features)
+        at = nf
         for e in self.embeddings:
             parts.append(e.normalize(x[:, at:at + e.dim]))
             at += e.dim
@@ -261,6 +348,8 @@ class Vocab:
 
     @property
     def version(self) -> int:
+        if self.differences:
+            return VOCAB_VERSION_DIFFERENCES
         if self.embeddings:
             return VOCAB_VERSION_EMBEDDINGS
         return VOCAB_VERSION if self.tail == "clip" else VOCAB_VERSION_LOG_TAIL
@@ -270,6 +359,8 @@ class Vocab:
         extra: dict[str, Any] = {} if self.version == VOCAB_VERSION else {"tail": self.tail}
         if self.embeddings:
             extra["embeddings"] = [e.to_json() for e in self.embeddings]
+        if self.differences:
+            extra["differences"] = [d.to_json() for d in self.differences]
         return {
             "format": VOCAB_FORMAT,
             "version": self.version,
@@ -286,14 +377,15 @@ class Vocab:
         if not isinstance(d, Mapping) or d.get("format") != VOCAB_FORMAT:
             raise ValueError(f"not a {VOCAB_FORMAT} document")
         version = d.get("version")
-        known = (VOCAB_VERSION, VOCAB_VERSION_LOG_TAIL, VOCAB_VERSION_EMBEDDINGS)
+        known = (VOCAB_VERSION, VOCAB_VERSION_LOG_TAIL, VOCAB_VERSION_EMBEDDINGS,
+                 VOCAB_VERSION_DIFFERENCES)
         if version not in known:
             raise ValueError(
                 f"vocab version {version!r} is not supported (this pymlgo reads versions "
                 f"{', '.join(map(str, known))})"
             )
         tail = d.get("tail", "clip")
-        if version == VOCAB_VERSION_EMBEDDINGS:
+        if version in (VOCAB_VERSION_EMBEDDINGS, VOCAB_VERSION_DIFFERENCES):
             if tail not in TAILS or "tail" not in d:
                 raise ValueError(f"vocab version {version} needs a tail, one of "
                                  f"{', '.join(TAILS)}")
@@ -301,10 +393,17 @@ class Vocab:
             raise ValueError(f"vocab version {version} with tail {tail!r}: version "
                              f"{VOCAB_VERSION} is 'clip', {VOCAB_VERSION_LOG_TAIL} 'log'")
         embeddings = d.get("embeddings", [])
-        if (version == VOCAB_VERSION_EMBEDDINGS) != bool(embeddings) or not isinstance(
-                embeddings, list):
+        if not isinstance(embeddings, list) or (
+                version != VOCAB_VERSION_DIFFERENCES
+                and (version == VOCAB_VERSION_EMBEDDINGS) != bool(embeddings)):
             raise ValueError(f"vocab 'embeddings' must be a non-empty list in version "
-                             f"{VOCAB_VERSION_EMBEDDINGS} and absent before")
+                             f"{VOCAB_VERSION_EMBEDDINGS}, a list in "
+                             f"{VOCAB_VERSION_DIFFERENCES}, and absent before")
+        differences = d.get("differences", [])
+        if not isinstance(differences, list) or (
+                (version == VOCAB_VERSION_DIFFERENCES) != bool(differences)):
+            raise ValueError(f"vocab 'differences' must be a non-empty list in version "
+                             f"{VOCAB_VERSION_DIFFERENCES} and absent before")
         feats = d.get("features")
         if not isinstance(feats, list) or not all(
             isinstance(f, Mapping)
@@ -319,6 +418,7 @@ class Vocab:
             with_square=bool(d.get("with_square", True)),
             tail=tail,
             embeddings=tuple(EmbeddingInput.from_json(e) for e in embeddings),
+            differences=tuple(Difference.from_json(x) for x in differences),
         )
 
 
@@ -334,10 +434,13 @@ def build_vocab(
     features: Sequence[str] | None = None,
     with_square: bool = True,
     tail: Tail = "clip",
+    differences: Sequence[str] = (),
 ) -> Vocab:
     """Per-feature quantile boundaries of `columns` (name -> all observed values).
 
     `features` picks and orders the inputs (default: every column, in mapping order).
+    `differences` ("minuend-subtrahend", both among `features`) adds derived inputs whose
+    values are the row-wise differences of two columns.
     Boundaries are observed values (no interpolation between integers), deduplicated.
     """
     if quantiles < 1:
@@ -347,32 +450,53 @@ def build_vocab(
     if missing:
         raise KeyError(f"no values for feature(s): {', '.join(missing)}")
     positions = np.linspace(0.0, 1.0, quantiles)
-    bounds = []
-    for name in names:
+
+    def column(name: str) -> np.ndarray:
         values = np.asarray(columns[name], dtype=np.float64).reshape(-1)
-        if values.size == 0:
-            bounds.append(np.zeros(0))
-            continue
         if np.isnan(values).any():
             raise ValueError(f"feature {name!r} has NaN values")
-        bounds.append(np.unique(np.quantile(values, positions, method="lower")))
-    return Vocab(names, tuple(bounds), with_square=with_square, tail=tail)
+        return values
+
+    def quantile_bounds(values: np.ndarray) -> np.ndarray:
+        if values.size == 0:
+            return np.zeros(0)
+        return np.unique(np.quantile(values, positions, method="lower"))
+
+    bounds = [quantile_bounds(column(name)) for name in names]
+    derived = []
+    for name in differences:
+        a, b = difference_operands(name)
+        missing = [f for f in (a, b) if f not in names]
+        if missing:
+            raise KeyError(f"difference {name!r} needs {' and '.join(missing)} among the "
+                           f"vocab's features")
+        va, vb = column(a), column(b)
+        if va.shape != vb.shape:
+            raise ValueError(f"difference {name!r}: {a} and {b} have different numbers of "
+                             f"values")
+        derived.append(Difference(a, b, quantile_bounds(va - vb)))
+    return Vocab(names, tuple(bounds), with_square=with_square, tail=tail,
+                 differences=tuple(derived))
 
 
 def dumps_vocab(vocab: Vocab) -> str:
     """Stable text: one feature per line, fixed key order, so equal vocabs give equal bytes."""
     d = vocab.to_json()
-    head = {k: v for k, v in d.items() if k not in ("features", "embeddings")}
+    head = {k: v for k, v in d.items() if k not in ("features", "embeddings", "differences")}
     lines = ["{"]
     lines += [f"  {json.dumps(k)}: {json.dumps(head[k])}," for k in sorted(head)]
     feats = [json.dumps(f, separators=(", ", ": ")) for f in d["features"]]  # name first
     lines.append('  "features": [')
     lines += [f"    {f}{',' if i < len(feats) - 1 else ''}" for i, f in enumerate(feats)]
-    lines.append("  ]" + ("," if vocab.embeddings else ""))
-    if vocab.embeddings:  # one line per embedding, after the features
-        embs = [json.dumps(e, separators=(", ", ": ")) for e in d["embeddings"]]
-        lines.append('  "embeddings": [')
-        lines += [f"    {e}{',' if i < len(embs) - 1 else ''}" for i, e in enumerate(embs)]
+    lines.append("  ]")
+    # one line per embedding, then per difference, after the features
+    for key in ("embeddings", "differences"):
+        if key not in d:
+            continue
+        lines[-1] += ","
+        items = [json.dumps(e, separators=(", ", ": ")) for e in d[key]]
+        lines.append(f'  "{key}": [')
+        lines += [f"    {e}{',' if i < len(items) - 1 else ''}" for i, e in enumerate(items)]
         lines.append("  ]")
     lines.append("}")
     return "\n".join(lines) + "\n"

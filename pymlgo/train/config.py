@@ -104,9 +104,15 @@ class PolicyConfig:
     # the training decisions' mean and deviation); saved with the policy. Its sha256, not
     # its path, is part of the run's identity. None: no embeddings (or the warm start's)
     ir2vec_vocab: str | None = None
+    # derived inputs "MINUEND-SUBTRAHEND" (pymlgo.policy.vocab), e.g.
+    # "threshold-cost_estimate": the margin by which clang's own cost model clears its
+    # threshold, which quantiles of the two features apart blur. Both must be inputs.
+    # None: none (or the vocab's/warm start's)
+    differences: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         from pymlgo.ir2vec.vocab_file import EMBEDDING_FEATURES
+        from pymlgo.policy.vocab import difference_operands
 
         if self.reads_default and self.features is not None:
             raise ConfigError("policy.reads_default applies to the default feature list; with "
@@ -120,6 +126,19 @@ class PolicyConfig:
                               "embeddings)")
         if self.hidden is not None and any(h < 1 for h in self.hidden):
             raise ConfigError("policy.hidden layer sizes must be >= 1")
+        for name in self.differences or ():
+            try:
+                operands = difference_operands(name)
+            except ValueError as exc:
+                raise ConfigError(f"policy.differences: {exc}") from None
+            unread = [f for f in operands if self.features is not None
+                      and f not in self.features]
+            if unread:
+                raise ConfigError(f"policy.differences: {name!r} needs {', '.join(unread)} "
+                                  f"in policy.features")
+        if self.differences is not None and len(set(self.differences)) != len(
+                self.differences):
+            raise ConfigError("policy.differences lists a difference twice")
         if self.quantiles is not None and self.quantiles < 1:
             raise ConfigError("policy.quantiles must be >= 1")
 
@@ -164,6 +183,20 @@ class BCConfig:
     epochs_per_iteration: int = 2  # as the algorithm: epochs over the traces per iteration
     warmstart_epochs: int = 30  # as a warm start for ppo/es/dqn: epochs before iteration 1
     weight_decay: float = 0.0
+    # whose decisions are cloned: "default" (clang's own), or a built-in policy such as
+    # "shift:2:30:3" that decides from the features: it labels every call site recorded
+    # under -Oz. Those are -Oz's call sites, not the ones the teacher's own compiles would
+    # meet (the first step of DAgger); a rule is a start, search and training go on from it.
+    teacher: str = "default"
+
+    def __post_init__(self) -> None:
+        from pymlgo.problems.inlining.policies import builtin_policy
+
+        try:
+            builtin_policy(self.teacher)
+        except ValueError as exc:
+            raise ConfigError(f"bc.teacher must be a built-in policy that decides from the "
+                              f"features: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -345,6 +378,10 @@ class TrainConfig:
             raise ConfigError("policy.ir2vec_vocab does not apply with a saved-policy warm "
                               "start (it brings its own IR2Vec vocabulary, if it reads "
                               "embeddings); leave it out")
+        if self.bc.teacher != BCConfig().teacher and self.warmstart != "bc" and (
+                self.algo != "bc"):
+            raise ConfigError("bc.teacher is only used for behaviour cloning: with algo = "
+                              "'bc' or warmstart = 'bc'")
         if self.traces and self.warmstart != "bc" and self.algo != "bc":
             raise ConfigError("traces are only used for behaviour cloning: with algo = "
                               "'bc' or warmstart = 'bc'")
@@ -443,7 +480,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
     d = plain(dataclasses.asdict(cfg))
     if isinstance(cfg, TrainConfig):
-        for table in ("split", "policy", "il"):  # tables with keys left out at default
+        for table in ("split", "policy", "il", "bc"):  # with keys left out at default
             d[table] = to_dict(getattr(cfg, table))
         for key, default in _omitted_at_default().items():
             if d.get(key) == default:
@@ -457,8 +494,9 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 # table keys added after policies were published, left out at their default (as above)
 _TABLE_KEYS_OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     SplitConfig: {"heldout_packages": None, "validation_by": "module"},
-    PolicyConfig: {"reads_default": False, "ir2vec_vocab": None},
-    ILConfig: {"moves": "single"}}
+    PolicyConfig: {"reads_default": False, "ir2vec_vocab": None, "differences": None},
+    ILConfig: {"moves": "single"},
+    BCConfig: {"teacher": "default"}}
 
 
 def _omitted_at_default() -> dict[str, Any]:

@@ -22,8 +22,8 @@ from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.mlp import init_mlp
 from pymlgo.policy.store import IR2VEC_FILE
 from pymlgo.policy.vocab import EmbeddingInput, Vocab, build_vocab, fit_embedding
-from pymlgo.problems.base import CompileJob, Problem
-from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, HeuristicPolicy
+from pymlgo.problems.base import CompileJob, Policy, Problem
+from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, HeuristicPolicy, builtin_policy
 from pymlgo.problems.inlining.problem import InliningOptions, ir2vec_vocab_of
 from pymlgo.toolchain.files import write_atomic
 from pymlgo.train.config import ALGORITHMS, DEFAULT_HIDDEN, TrainConfig
@@ -45,15 +45,30 @@ if TYPE_CHECKING:
     from pymlgo.workers.protocol import Executor, WorkSpec
 
 
-def _demonstrations(episodes: list[Episode], vocab: Vocab) -> Demonstrations:
-    """Raw inputs (embeddings included) and clang's decision (the label) of every recorded
-    call site."""
+def _demonstrations(episodes: list[Episode], vocab: Vocab, teacher: str) -> Demonstrations:
+    """Raw inputs (embeddings included) and the label of every recorded call site: clang's
+    decision, or what the built-in policy `teacher` decides from its features."""
     ok = [e for e in episodes if e.ok and e.actions is not None and len(e.actions)]
     if not ok:
         return Demonstrations(np.zeros((0, vocab.raw_width)), np.zeros(0, dtype=np.float32))
     x = np.concatenate([inputs(vocab.raw_features, e) for e in ok])
-    y = np.concatenate([inputs((DEFAULT_FEATURE,), e)[:, 0] for e in ok])
+    if teacher == HeuristicPolicy().name:
+        y = np.concatenate([inputs((DEFAULT_FEATURE,), e)[:, 0] for e in ok])
+    else:
+        y = np.concatenate([_teacher_labels(builtin_policy(teacher), e) for e in ok])
     return Demonstrations(x=x, y=(y != 0).astype(np.float32))
+
+
+def _teacher_labels(teacher: Policy, episode: Episode) -> np.ndarray:
+    """The teacher's decision at each call site of a recorded episode."""
+    missing = [f for f in teacher.required_features if f not in (episode.features or {})]
+    if missing:
+        raise TrainError(f"bc.teacher {teacher.name} reads {', '.join(missing)}, which the "
+                         f"recorded decisions of {episode.module} do not have")
+    decide = teacher.for_module(episode.module)
+    columns = {f: np.asarray(episode.features[f]) for f in teacher.required_features}
+    return np.array([decide({f: c[i:i + 1].reshape(-1) for f, c in columns.items()})
+                     for i in range(len(episode.actions))], dtype=np.float32)
 
 
 def _input_features(config: TrainConfig, episodes: list[Episode]) -> tuple[str, ...]:
@@ -161,8 +176,12 @@ class InliningTraining:
                 columns = {name: np.concatenate(
                     [np.asarray(e.features[name]).reshape(-1) for e in train_eps
                      if e.ok and e.features]) for name in features}
-                vocab = build_vocab(columns, quantiles=config.quantiles, features=features,
-                                    tail=config.out_of_range)
+                try:
+                    vocab = build_vocab(columns, quantiles=config.quantiles,
+                                        features=features, tail=config.out_of_range,
+                                        differences=config.policy.differences or ())
+                except KeyError as exc:  # a difference of a feature the policy does not read
+                    raise TrainError(f"policy.differences: {exc.args[0]}") from None
             elif config.out_of_range == "log":  # `mlgo vocab` writes "clip" vocabs
                 vocab = replace(vocab, tail=config.out_of_range)
             check_features(sources, config, compiler_features, vocab)
@@ -175,8 +194,9 @@ class InliningTraining:
             params = init_mlp(vocab.input_dim, config.hidden, rng)
             initial = InliningPolicy(vocab=vocab, params=params, hidden=config.hidden,
                                      name=f"mlgo-{config.algo}", ir2vec_vocab=ir2vec)
-        demos_train = _demonstrations(train_eps, initial.vocab)
-        demos_val = _demonstrations(val_eps, initial.vocab) if val_eps else None
+        teacher = config.bc.teacher
+        demos_train = _demonstrations(train_eps, initial.vocab, teacher)
+        demos_val = _demonstrations(val_eps, initial.vocab, teacher) if val_eps else None
         warm_scalars: dict[str, float] = {}
         if config.warmstart == "bc" and config.algo != "bc":
             from pymlgo.train.bc import BehaviourCloning

@@ -150,6 +150,9 @@ def _warm_start(config: TrainConfig) -> InliningPolicy | None:
                          f"{list(policy.vocab.features)})")
     if config.policy.reads_default and DEFAULT_FEATURE not in policy.vocab.features:
         conflicts.append(f"reads_default = true (it does not read {DEFAULT_FEATURE})")
+    has = [d.name for d in policy.vocab.differences]
+    if config.policy.differences is not None and list(config.policy.differences) != has:
+        conflicts.append(f"differences = {list(config.policy.differences)} (it has {has})")
     if conflicts:
         raise SourceError(
             f"[policy] {'; '.join(conflicts)} conflicts with the warm-start policy {spec}: "
@@ -175,6 +178,11 @@ def _vocab(config: TrainConfig) -> Vocab | None:
             f"{path}: its features differ from [policy] features "
             f"({_difference(vocab.features, config.policy.features)}); leave that key out to "
             f"use the vocab's features")
+    has = [d.name for d in vocab.differences]
+    if config.policy.differences is not None and list(config.policy.differences) != has:
+        raise SourceError(f"{path}: its differences ({has}) are not [policy] differences "
+                          f"({list(config.policy.differences)}); make the vocab with `mlgo "
+                          f"vocab --difference ...`, or leave that key out to use the vocab's")
     return vocab
 
 
