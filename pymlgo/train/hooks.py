@@ -34,7 +34,7 @@ class TrainError(RuntimeError):
 
 
 # Independent random streams per purpose, all derived from the run's one seed.
-STREAM_INIT, STREAM_WARMSTART, STREAM_ALGO = 1, 2, 3
+STREAM_INIT, STREAM_WARMSTART, STREAM_ALGO, STREAM_TRAIN_CHECK = 1, 2, 3, 4
 
 
 def stream_seed(seed: int, stream: int) -> int:

@@ -14,7 +14,9 @@ Output directory layout:
   with the same tags as well when tensorboard is installed. Every iteration logs
   `reward/train` (mean 1 - size/-Oz size of its training compiles), `size_change/train`,
   `size_change/validation` (total .text vs -Oz; for bc, which compiles nothing to learn,
-  both only on iterations that validate, see `eval_every`),
+  both only on iterations that validate, see `eval_every`, and the training figure over a
+  seeded sample of at most TRAIN_CHECK_MODULES training modules: all of a broad corpus's
+  would take longer than the iteration),
   `size_change/validation_best`, `compiles`, `failures` and `decisions_per_second` (over
   every compile of the iteration: training and validation), `time/iteration_seconds`,
   and the algorithm's own (`bc/...`, `ppo/...`, `es/...`, `dqn/...`); iteration 0 holds
@@ -41,7 +43,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -62,6 +64,7 @@ from pymlgo.train.config import LEGACY_SIZE_METRIC, TrainConfig
 from pymlgo.train.env import Demonstrations, RunStats, TrainEnv, size_change
 from pymlgo.train.hooks import (
     STREAM_ALGO,
+    STREAM_TRAIN_CHECK,
     ProblemTraining,
     TrainError,
     stream_seed,
@@ -408,6 +411,19 @@ def ir2native_model(config: TrainConfig, setup: Setup, corpus: Corpus, executor:
     return model
 
 
+TRAIN_CHECK_MODULES = 256
+
+
+def _train_check_names(names: Sequence[str], seed: int) -> list[str]:
+    """The training modules an algorithm that compiles nothing (bc) is measured on after
+    an iteration: all of them, or a seeded sample of TRAIN_CHECK_MODULES."""
+    if len(names) <= TRAIN_CHECK_MODULES:
+        return list(names)
+    rng = np.random.default_rng(stream_seed(seed, STREAM_TRAIN_CHECK))
+    picked = rng.choice(len(names), TRAIN_CHECK_MODULES, replace=False)
+    return [names[i] for i in sorted(picked)]
+
+
 def partial_reward_shaper(env: TrainEnv, model: IR2NativeModel,
                           say: Callable[[str], None]) -> IR2NativeShaper:
     """Switch `env` to compiles that report per-function estimates and decision callers;
@@ -578,6 +594,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
         def spent() -> float:
             return elapsed + time.monotonic() - started
 
+        train_check = _train_check_names(env.names, config.seed)
         bar = _progress_bar(options.progress, max_it, iteration)
         last_iter_s = 0.0
         try:
@@ -595,7 +612,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                     last_change, last_eval = val_env.evaluate(policy, val_names), iteration
                     scalars[f"{change}/validation"] = last_change
                     if f"{change}/train" not in scalars:  # bc compiles nothing itself
-                        eps = env.run([policy], env.names)
+                        eps = env.run([policy], train_check)
                         scalars[f"{change}/train"] = size_change(eps)
                         scalars["reward/train"] = float(np.mean([e.reward for e in eps
                                                                  if e.ok] or [0.0]))
