@@ -77,9 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--problem",
         default=traced[0],
-        choices=traced,
+        choices=[n for n in registry.names() if registry.problem(n).traces],
         help=f"which optimization the policy drives (default: {traced[0]}; traces are "
-        f"written for {', '.join(traced)} only)",
+        f"written for {', '.join(traced)})",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic policies")
     p.add_argument(
