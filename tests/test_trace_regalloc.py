@@ -189,3 +189,54 @@ def test_the_trace_command_records_the_channel_rule_by_default_and_refuses_the_s
     err = capsys.readouterr().err
     assert err.startswith("mlgo trace: policy 'default' is the stock evict advisor")
     assert not (tmp_path / "stock").exists()
+
+
+def test_bc_learns_the_decisions_of_a_regalloc_trace(
+    minic_jobs, tmp_path, isolated_cache  # noqa: F811
+):
+    pytest.importorskip("torch")
+    from pymlgo.cli.main import main
+    from pymlgo.policy.regalloc import load_eviction_policy
+    from tests.train_runs import scalars
+
+    corpus = write_corpus(tmp_path / "corpus", minic_jobs)
+    trace_dir = tmp_path / "trace"
+    assert run_cli("trace", "--corpus", str(corpus), "--problem", "regalloc-evict",
+                   "--output_dir", str(trace_dir), "--workers", "1") == 0
+    config = tmp_path / "bc.toml"
+    config.write_text("\n".join([
+        f'traces = "{trace_dir}"', 'problem = "regalloc-evict"', 'algo = "bc"', "seed = 3",
+        "[split]", "validation = 0.25", "heldout = 0.0", "[policy]", "hidden = [4]", "[bc]",
+        "batch_size = 16", "epochs_per_iteration = 3"]) + "\n")
+    out = tmp_path / "run"
+    assert main(["train", "--corpus", str(corpus), "--config", str(config), "--output_dir",
+                 str(out), "--workers", "1", "--iterations", "2", "--no-tensorboard"]) == 0
+    fits = [s for s in scalars(out) if "bc/loss" in s]
+    assert len(fits) == 2 and fits[0]["bc/decisions"] > 10
+    assert fits[1]["bc/loss"] < fits[0]["bc/loss_first_epoch"]  # it learns the decisions
+    load_eviction_policy(out / "final")
+
+
+@pytest.mark.parametrize(("problem", "policy"), [c[:2] for c in CASES])
+def test_a_trace_holds_exactly_the_decisions_a_recording_compile_sees(
+    minic_jobs, tmp_path, problem, policy
+):
+    """So bc from a trace learns what bc recording at setup learns."""
+    from pymlgo.workers.protocol import WorkSpec
+    from pymlgo.workers.task import execute
+
+    trace(problem, policy, minic_jobs, tmp_path / "t", tmp_path / "cache")
+    logged = {m: traj for m, traj, _ in load_traces(tmp_path / "t")}
+    spec = WorkSpec(problem=problem, policy=load_spec(policy), record=True)
+    for job in minic_jobs:
+        recorded = execute(spec, job).trajectory
+        if recorded is None:
+            assert job.module not in logged
+            continue
+        traj = logged[job.module]
+        assert traj.contexts == recorded.contexts
+        assert list(traj.features) == list(recorded.features)
+        for name, values in recorded.features.items():
+            assert traj.features[name].dtype == values.dtype
+            assert traj.features[name].tobytes() == values.tobytes(), name
+        assert traj.advice.tobytes() == recorded.advice.tobytes()
