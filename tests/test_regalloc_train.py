@@ -127,7 +127,7 @@ def test_a_saved_priority_policy_loads_with_the_same_bits_and_sampling_is_seeded
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["--algo", "bc"], "trains with algo = 'es' or 'ppo'"),
+    (["--algo", "dqn"], "trains with algo = 'es' or 'ppo' or 'bc'"),
     (["--algo", "es", "--warmstart", "bc"], "no bc warm start"),
     (["--algo", "ppo", "--partial-rewards", "ir2native"], "applies to problem 'inlining'"),
     (["--algo", "es", "--vocab", "v"], "applies to problem 'inlining'"),

@@ -21,13 +21,17 @@ from pymlgo.workers.protocol import Executor, ExecutorError, WorkSpec
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "trace",
-        help="record every inlining decision of a policy on a corpus as training logs",
+        help="record every decision of a policy on a corpus as training logs",
         description=(
-            "Compile every module of a corpus at -Oz with POLICY answering clang's inliner, "
-            "and write one trajectory per module in LLVM's training-log format: "
-            "OUTPUT_DIR/<module>.log (the compiler's features plus the decision as "
-            "'inlining_decision'; every observation followed by the module's reward "
-            "1 - policy_bytes/baseline_bytes, baseline = plain -Oz), OUTPUT_DIR/sizes.csv "
+            "Compile every module of a corpus with POLICY answering the problem's advisor "
+            "(inlining: clang's inliner at -Oz; regalloc-evict / regalloc-priority: the "
+            "register allocator's eviction / priority advisor at -O2), and write one "
+            "trajectory per module in LLVM's training-log format: OUTPUT_DIR/<module>.log "
+            "(the compiler's features plus the decision as 'inlining_decision', "
+            "'index_to_evict' or 'priority'; every observation followed by the module's "
+            "reward against the baseline: 1 - policy_bytes/baseline_bytes vs plain -Oz for "
+            "inlining, the relative weighted spill/reload/copy cost vs the stock advisor, "
+            "negated, for regalloc), OUTPUT_DIR/sizes.csv (bytes, and costs for regalloc) "
             "and OUTPUT_DIR/trace.json. OUTPUT_DIR appears only once complete. Resumable: "
             "modules are traced into OUTPUT_DIR.partial/ and kept as they finish, so the "
             "same command after a stop (Ctrl-C, kill, end of a session) compiles only the "
@@ -35,7 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
             "policy, compiler, size metric, flags or --ir2vec vocabulary is refused (remove "
             "it to start over). With the default policy each module compiles once: clang's "
             "heuristic through the channel is plain -Oz to the byte, so its object is the "
-            "baseline too. "
+            "baseline too. clang's register allocator does not report its stock advisor's "
+            "choices on the channel (LLVM logs them only in development mode, which the "
+            "bundled clang lacks), so a regalloc trace records a policy that answers it: "
+            "by default 'heuristic' (eviction) or 'priority:stage-size' (priority), the "
+            "stock rule rebuilt from the channel's features; 'default' is refused there. "
             "Typical use: `mlgo trace --policy default` for behaviour cloning, then "
             "`mlgo vocab` on the result."
         ),
@@ -43,10 +51,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     common.add_corpus_arg(p)
     p.add_argument(
         "--policy",
-        default="default",
-        help="default (clang's heuristic through the channel), never, always, "
+        default=None,
+        help="inlining: default (clang's heuristic through the channel), never, always, "
         "random:P[:SEED], shift:DOWN[:UP[:USERS]] (clang's threshold moved), pretrained:NAME, "
-        "or a saved policy directory (default: default)",
+        "or a saved policy directory (default: default); regalloc-evict: heuristic, "
+        "random[:SEED], no-evict or a saved policy (default: heuristic); regalloc-priority: "
+        "priority:stage-size, priority:size, priority:random[:SEED] or a saved policy "
+        "(default: priority:stage-size)",
     )
     p.add_argument(
         "--output_dir",
@@ -66,9 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--problem",
         default=traced[0],
-        choices=traced,
+        choices=[n for n in registry.names() if registry.problem(n).traces],
         help=f"which optimization the policy drives (default: {traced[0]}; traces are "
-        f"written for {', '.join(traced)} only)",
+        f"written for {', '.join(traced)})",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic policies")
     p.add_argument(
@@ -104,6 +115,7 @@ def _ir2vec_options(vocab: Path | None) -> InliningOptions | None:
 
 def format_summary(summary: TraceSummary) -> str:
     traced = summary.traced
+    label = summary.problem.baseline_label
     lines = [
         f"traced {len(traced)} of {len(summary.rows)} module(s) with {summary.policy}: "
         f"{sum(r.decisions for r in traced)} decisions -> {summary.directory}"
@@ -113,17 +125,27 @@ def format_summary(summary: TraceSummary) -> str:
     if base:
         pol = sum(r.policy_bytes or 0 for r in traced)
         change = (pol / base - 1) * 100
-        lines.append(f"{summary.size_metric} bytes: -Oz {base}, policy {pol} ({change:+.2f}%)")
+        lines.append(f"{summary.size_metric} bytes: {label} {base}, policy {pol} "
+                     f"({change:+.2f}%)")
+    for m in summary.problem.measures:
+        was = sum(r.baseline_extra.get(m.key, 0.0) for r in traced)
+        now = sum(r.policy_extra.get(m.key, 0.0) for r in traced)
+        change_text = f" ({(now / was - 1) * 100:+.2f}%)" if was else ""
+        lines.append(f"{m.label}: {label} {was:.6g}, policy {now:.6g}{change_text}")
     lines += [f"failed: {r.module}: {(r.error or '')[:160]}" for r in summary.rows if r.error]
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
+    problem = registry.problem(args.problem)
+    if args.policy is None:
+        args.policy = problem.trace_policy
     try:
         flags = common.compile_config(args)
         override = flags.command_override
         compiler = find_compiler(args.clang)
         policy = load_policy(args.policy, problem=args.problem, seed=args.seed)
+        problem.check_trace_policy(policy)
         corpus = common.resolve_corpus(args.corpus, command_override=override, clang=args.clang)
         options = _ir2vec_options(args.ir2vec)
     except (CompilerError, ValueError, OSError) as exc:

@@ -1,15 +1,20 @@
 """Traces: compile every module with a policy, record every decision, write training logs.
 
-A trace directory holds, for a corpus and a policy:
+A trace directory holds, for a corpus, a problem and a policy:
 - `<module>.log` per traced module (module paths mirrored as folders): LLVM's training-log
   format. Header features = the compiler's features, then the decision as an extra
-  feature `inlining_decision`; score `reward` float [1]; every observation is followed by
-  an outcome holding the module's final reward `1 - policy_bytes / baseline_bytes`
-  (baseline = plain -Oz; bytes by the run's size metric, `toolchain.size`).
-- `sizes.csv`: `module,baseline_bytes,policy_bytes,decisions,error`, one row per module.
-- `trace.json`: policy, compiler, `size_metric`, counts and totals; `edits` (delete,
-  replace, add) when the compiles ran with flag edits, and whatever `metadata` the caller
-  adds.
+  feature (the problem's `trace_advice`: inlining `inlining_decision`, regalloc
+  `index_to_evict` or `priority`); score `reward` float [1]; every observation is followed
+  by an outcome holding the module's final reward, the problem's `reward` against its
+  baseline (inlining: `1 - policy_bytes / baseline_bytes`, baseline = plain -Oz, bytes by
+  the run's size metric, `toolchain.size`; regalloc: the relative weighted spill/reload/copy
+  cost vs the stock advisor, negated).
+- `sizes.csv`: `module,baseline_bytes,policy_bytes,decisions,error`, one row per module,
+  then `baseline_FIELD,policy_FIELD` for each measure of the problem beyond bytes
+  (`Problem.measures`; regalloc: `cost`).
+- `trace.json`: problem, policy, compiler, `size_metric`, counts and totals; `edits`
+  (delete, replace, add) when the compiles ran with flag edits, and whatever `metadata` the
+  caller adds.
 
 The directory appears only when complete. Until then the run works in `OUTPUT_DIR.partial/`
 (`trace_partial`): each module's log is written as its result arrives and journaled, so a
@@ -28,7 +33,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +42,8 @@ import numpy as np
 from pymlgo.corpus.command import FlagEdits
 from pymlgo.evaluate.baseline import BaselineCache, baseline_key, baseline_results, baseline_spec
 from pymlgo.evaluate.trace_partial import PartialTrace, trace_identity
-from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Trajectory
-from pymlgo.problems.inlining.compile import SIZE_STOP_KEY
-from pymlgo.problems.inlining.policies import HeuristicPolicy
-from pymlgo.problems.inlining.problem import INLINING
+from pymlgo.problems import registry
+from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Problem, Trajectory
 from pymlgo.protocol.channel import REWARD_SPEC, ChannelSession, Decision, session_to_log
 from pymlgo.protocol.log import Header, read_log_columns
 from pymlgo.protocol.tensor_spec import C_TYPES, TensorSpec
@@ -53,28 +56,47 @@ TRACE_FORMAT = "pymlgo-trace"
 TRACE_VERSION = 1
 TRACE_FILE, SIZES_FILE, LOG_SUFFIX = "trace.json", "sizes.csv", ".log"
 SIZES_COLUMNS = ("module", "baseline_bytes", "policy_bytes", "decisions", "error")
-ADVICE_SPEC = TensorSpec("inlining_decision", "int64_t", (1,))
+ADVICE_SPEC = registry.DEFAULT.trace_advice  # the decision column of the default problem
 _C_TYPE_OF = {dtype: name for name, dtype in C_TYPES.items()}
 
 
 @dataclass(frozen=True)
 class TraceRow:
-    """One module of a trace: its sizes, decision count, and why it failed, if it did."""
+    """One module of a trace: its sizes, decision count, and why it failed, if it did;
+    `baseline_extra` / `policy_extra` hold the problem's measures beyond bytes (by
+    `Measure.key`), as far as known."""
 
     module: str
     baseline_bytes: int | None
     policy_bytes: int | None
     decisions: int
     error: str | None
+    baseline_extra: Mapping[str, float] = field(default_factory=dict)
+    policy_extra: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def reward(self) -> float | None:
+        """1 - policy_bytes / baseline_bytes (a byte reward, whatever the problem)."""
         if self.error or self.baseline_bytes is None or self.policy_bytes is None:
             return None
         if self.baseline_bytes == 0:
             # Data-only modules (tables, headers' globals): no code either way, no change.
             return 0.0 if self.policy_bytes == 0 else None
         return 1.0 - self.policy_bytes / self.baseline_bytes
+
+    def reward_of(self, problem: Problem) -> float | None:
+        """`problem`'s reward of this row (None if it failed or a measure is missing)."""
+        if self.error or self.baseline_bytes is None or self.policy_bytes is None:
+            return None
+        if any(m.key not in self.baseline_extra or m.key not in self.policy_extra
+               for m in problem.measures):
+            return None
+        try:
+            return problem.reward(
+                ModuleResult(self.module, self.baseline_bytes, extra=self.baseline_extra),
+                ModuleResult(self.module, self.policy_bytes, extra=self.policy_extra))
+        except (KeyError, ValueError, ZeroDivisionError):
+            return None
 
 
 @dataclass(frozen=True)
@@ -86,6 +108,7 @@ class TraceSummary:
     metadata: Mapping[str, Any]
     size_metric: str = DEFAULT_SIZE_METRIC
     resumed: int = 0  # modules a stopped run had traced (not in trace.json: same bytes)
+    problem: Problem = registry.DEFAULT
 
     @property
     def traced(self) -> tuple[TraceRow, ...]:
@@ -97,7 +120,7 @@ class TraceSummary:
             **dict(self.metadata),
             "format": TRACE_FORMAT,
             "version": TRACE_VERSION,
-            "problem": INLINING.name,
+            "problem": self.problem.name,
             "policy": self.policy,
             "compiler": dict(self.compiler),
             "size_metric": self.size_metric,
@@ -107,9 +130,20 @@ class TraceSummary:
             "decisions": sum(r.decisions for r in traced),
             "baseline_bytes": sum(r.baseline_bytes or 0 for r in traced),
             "policy_bytes": sum(r.policy_bytes or 0 for r in traced),
-            "advice": ADVICE_SPEC.to_json(),
+            "advice": self.problem.trace_advice.to_json(),
             "score": REWARD_SPEC.to_json(),
+            **measure_totals(self.problem, traced),
         }
+
+
+def measure_totals(problem: Problem, rows: Sequence[TraceRow]) -> dict[str, float]:
+    """`baseline_FIELD` and `policy_FIELD` summed over `rows` for each of the problem's
+    measures beyond bytes (none for inlining)."""
+    out: dict[str, float] = {}
+    for m in problem.measures:
+        out[f"baseline_{m.field}"] = sum(r.baseline_extra.get(m.key, 0.0) for r in rows)
+        out[f"policy_{m.field}"] = sum(r.policy_extra.get(m.key, 0.0) for r in rows)
+    return out
 
 
 def module_log_path(root: Path, module: str) -> Path:
@@ -148,9 +182,10 @@ def trajectory_session(traj: Trajectory, advice: TensorSpec = ADVICE_SPEC) -> Ch
     return ChannelSession(header, tuple(contexts), tuple(decisions))
 
 
-def trajectory_log_bytes(traj: Trajectory, reward: float) -> bytes:
+def trajectory_log_bytes(traj: Trajectory, reward: float,
+                         advice: TensorSpec = ADVICE_SPEC) -> bytes:
     out = io.BytesIO()
-    session_to_log(trajectory_session(traj), out, outcome=reward)
+    session_to_log(trajectory_session(traj, advice), out, outcome=reward)
     return out.getvalue()
 
 
@@ -183,15 +218,23 @@ def trace_corpus(
     uninterrupted run writes. A partial directory of another policy, compiler, size
     metric, flag edits or problem options is refused (`PartialTraceError`).
 
-    Baselines come from the on-disk cache or are compiled first. When `policy` is clang's
-    own (`HeuristicPolicy`), its compile through the channel is plain -Oz to the byte, so a
-    module's traced object is its baseline (and goes into the cache); a cached baseline
-    that differs raises `HeuristicBaselineError`. A module whose baseline or policy compile
+    The problem is `spec.problem`; a policy it cannot trace (`check_trace_policy`: the
+    stock register-allocation advisors never answer the channel) is a ValueError before
+    anything is compiled. Baselines come from the on-disk cache or are compiled first. When
+    `policy` is clang's own through the channel (`Problem.reproduces_baseline`: inlining's
+    `default`), its compile is the baseline to the byte, so a module's traced object is its
+    baseline (and goes into the cache); a cached baseline that differs raises
+    `HeuristicBaselineError`. A module whose baseline or policy compile
     fails gets a `sizes.csv` row with its error and no log; the run goes on.
     `FeatureMismatchError` (the policy cannot run on this compiler) aborts the run.
     `progress` shows a bar on stderr: modules traced (resumed ones included) and failures.
     """
     output_dir = Path(output_dir)
+    base = spec if spec is not None else WorkSpec()
+    problem = base.problem
+    if not problem.traces:
+        raise ValueError(f"problem {problem.name!r} has no traces")
+    problem.check_trace_policy(policy)
     names = [job.module for job in jobs]
     if len(set(names)) != len(names):
         raise ValueError("duplicate module names in the job list")
@@ -202,7 +245,6 @@ def trace_corpus(
     if output_dir.exists() and not overwrite and any(output_dir.iterdir()):
         raise FileExistsError(f"{output_dir} exists and is not empty (remove it, or overwrite)")
 
-    base = spec if spec is not None else WorkSpec()
     traced_spec = replace(base, policy=policy, record=True)  # options too: e.g. IR2Vec
     cache = cache or BaselineCache()
     identity = trace_identity(compiler, policy, base, edits_json(base.edits))
@@ -220,10 +262,10 @@ def trace_corpus(
         if edits_json(base.edits) is not None:
             recorded["edits"] = edits_json(base.edits)  # so a trainer can refuse other flags
         summary = TraceSummary(output_dir, policy.name, compiler.describe(), ordered, recorded,
-                               base.size_metric, resumed)
+                               base.size_metric, resumed, problem)
         content = partial.content
         _keep_only_logs(content, {r.module for r in ordered if r.error is None})
-        _write_sizes(content / SIZES_FILE, ordered)
+        _write_sizes(content / SIZES_FILE, ordered, problem)
         (content / TRACE_FILE).write_text(
             json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n"
         )
@@ -233,8 +275,8 @@ def trace_corpus(
 
 
 class HeuristicBaselineError(RuntimeError):
-    """clang's heuristic through the channel gave another object than plain -Oz: the
-    invariant the heuristic trace's baselines rest on is broken."""
+    """clang's heuristic through the channel gave another object than the plain baseline
+    compile: the invariant the heuristic trace's baselines rest on is broken."""
 
 
 def _trace_into(
@@ -263,7 +305,8 @@ def _trace_into(
         row = _row_of(entry[1]) if entry is not None else None
         if (entry is not None and row is not None and row.error is None
                 and entry[0] == digests.get(job.module)
-                and module_log_path(partial.content, job.module).is_file()):
+                and module_log_path(partial.content, job.module).is_file()
+                == entry[1].get("log", True)):
             rows[job.module] = row
         else:
             todo.append(job)
@@ -271,12 +314,15 @@ def _trace_into(
     bar: Any = None
     failures = 0
 
+    problem = base.problem
+
     def finish(res: ModuleResult, baseline: ModuleResult | None) -> None:
         nonlocal failures
-        row = _record(partial.content, res, baseline)
+        row = _record(partial.content, res, baseline, problem)
         rows[row.module] = row
         if row.module in digests:  # an unreadable module is never journaled: retried
-            partial.record(row.module, digests[row.module], _row_json(row))
+            logged = {} if res.trajectory is not None else {"log": False}
+            partial.record(row.module, digests[row.module], _row_json(row) | logged)
         if bar is not None:
             if row.error:
                 failures += 1
@@ -285,7 +331,7 @@ def _trace_into(
 
     if not todo:
         return rows, resumed
-    heuristic = isinstance(policy, HeuristicPolicy)  # the inliner's own: its object is -Oz
+    heuristic = problem.reproduces_baseline(policy)  # clang's own: its object is the baseline
     baselines = {} if heuristic else _baselines(executor, compiler, todo, base, cache, progress)
     try:
         if progress:
@@ -327,10 +373,10 @@ def _trace_heuristic(
     cache: BaselineCache,
     finish: Callable[[ModuleResult, ModuleResult | None], None],
 ) -> None:
-    """clang's own decisions: each traced compile is its module's -Oz baseline too.
+    """clang's own decisions: each traced compile is its module's baseline too.
 
-    Only a traced compile that worked and was not cut short by the ML advisor's size stop
-    (past it clang refuses call sites its heuristic would inline) stands for -Oz; the other
+    Only a traced compile that worked and that the problem says stands for the baseline
+    (inlining: not cut short by the ML advisor's size stop) is taken as it; the other
     modules get a baseline compile of their own, as for any policy."""
     base_spec = baseline_spec(base)
     keys: dict[str, str] = {}
@@ -342,7 +388,7 @@ def _trace_heuristic(
     for res in executor.run(traced_spec, list(todo)):
         key = keys.get(res.module)
         cached = None if key is None else cache.result(key, res.module, base_spec.size_metric)
-        if not res.ok or res.sizes is None or res.extra.get(SIZE_STOP_KEY):
+        if not res.ok or res.sizes is None or not base.problem.stands_for_baseline(res):
             if cached is not None:
                 finish(res, cached)
             else:
@@ -357,7 +403,7 @@ def _trace_heuristic(
         baseline = cached
         if baseline is None:
             baseline = ModuleResult(res.module, res.sizes.metric(base_spec.size_metric),
-                                    sizes=res.sizes)
+                                    sizes=res.sizes, extra=base.problem.cache_extra(res))
             if key is not None:
                 cache.keep(key, base_spec, baseline)
         finish(res, baseline)
@@ -377,8 +423,12 @@ def _bar(total: int, done: int, desc: str) -> Any:
 
 
 def _row_json(row: TraceRow) -> dict[str, Any]:
-    return {"baseline_bytes": row.baseline_bytes, "policy_bytes": row.policy_bytes,
-            "decisions": row.decisions, "error": row.error, "module": row.module}
+    doc = {"baseline_bytes": row.baseline_bytes, "policy_bytes": row.policy_bytes,
+           "decisions": row.decisions, "error": row.error, "module": row.module}
+    if row.baseline_extra or row.policy_extra:
+        doc |= {"baseline_extra": dict(row.baseline_extra),
+                "policy_extra": dict(row.policy_extra)}
+    return doc
 
 
 def _row_of(doc: Mapping[str, Any]) -> TraceRow | None:
@@ -386,8 +436,10 @@ def _row_of(doc: Mapping[str, Any]) -> TraceRow | None:
     try:
         return TraceRow(str(doc["module"]), _int_or_none(doc["baseline_bytes"]),
                         _int_or_none(doc["policy_bytes"]), int(doc["decisions"]),
-                        None if doc["error"] is None else str(doc["error"]))
-    except (KeyError, TypeError, ValueError):
+                        None if doc["error"] is None else str(doc["error"]),
+                        {str(k): float(v) for k, v in doc.get("baseline_extra", {}).items()},
+                        {str(k): float(v) for k, v in doc.get("policy_extra", {}).items()})
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
@@ -407,7 +459,15 @@ def _keep_only_logs(root: Path, modules: set[str]) -> None:
             d.rmdir()  # only empty ones go
 
 
-def _record(root: Path, res: ModuleResult, base: ModuleResult | None) -> TraceRow:
+def _measured(problem: Problem, res: ModuleResult | None) -> dict[str, float]:
+    """The problem's measures beyond bytes that `res` has."""
+    if res is None or not res.ok:
+        return {}
+    return {m.key: float(res.extra[m.key]) for m in problem.measures if m.key in res.extra}
+
+
+def _record(root: Path, res: ModuleResult, base: ModuleResult | None,
+            problem: Problem) -> TraceRow:
     """Write one module's log (if both compiles worked), atomically, and return its row."""
     base_bytes = base.size if base is not None and base.ok else None
     errors = []
@@ -417,26 +477,38 @@ def _record(root: Path, res: ModuleResult, base: ModuleResult | None) -> TraceRo
         errors.append(f"baseline: {base.error or 'no size'}")
     if not res.ok or res.size is None:
         errors.append(f"policy: {res.error or 'no size'}")
-    elif res.trajectory is None:
+    elif res.trajectory is None and (problem.always_asks or res.decisions):
         errors.append("policy: no trajectory recorded (the compiler sent no header)")
     elif base_bytes == 0 and res.size:
         errors.append(
             f"baseline has no code but the policy's has {res.size} bytes: no relative reward"
         )
-    row = TraceRow(res.module, base_bytes, res.size, res.decisions, "; ".join(errors) or None)
+    row = TraceRow(res.module, base_bytes, res.size, res.decisions, "; ".join(errors) or None,
+                   _measured(problem, base), _measured(problem, res))
+    reward = row.reward_of(problem)
+    if row.error is None and reward is None:
+        row = replace(row, error=f"no {problem.name} reward: the baseline or policy compile "
+                                 f"lacks {', '.join(m.key for m in problem.measures)}")
     path = module_log_path(root, res.module)
-    if row.error is None:
-        assert res.trajectory is not None and row.reward is not None
-        write_atomic(path, trajectory_log_bytes(res.trajectory, row.reward))
-    else:
+    if row.error is None and res.trajectory is not None:
+        assert reward is not None
+        write_atomic(path, trajectory_log_bytes(res.trajectory, reward, problem.trace_advice))
+    else:  # failed, or the compiler never asked (no header: nothing to log)
         path.unlink(missing_ok=True)  # an earlier attempt's log
     return row
 
 
-def _write_sizes(path: Path, rows: Sequence[TraceRow]) -> None:
+def _measure_columns(problem: Problem) -> list[tuple[str, str, str]]:
+    """(column, which side, Measure.key) of the problem's measures in `sizes.csv`."""
+    return [(f"{side}_{m.field}", side, m.key) for m in problem.measures
+            for side in ("baseline", "policy")]
+
+
+def _write_sizes(path: Path, rows: Sequence[TraceRow], problem: Problem) -> None:
+    extra = _measure_columns(problem)
     with open(path, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(SIZES_COLUMNS)
+        w.writerow([*SIZES_COLUMNS, *(c for c, _, _ in extra)])
         for r in rows:
             w.writerow(
                 [
@@ -445,6 +517,8 @@ def _write_sizes(path: Path, rows: Sequence[TraceRow]) -> None:
                     _blank(r.policy_bytes),
                     r.decisions,
                     _blank(r.error),
+                    *(_blank((r.baseline_extra if side == "baseline" else r.policy_extra)
+                             .get(key)) for _, side, key in extra),
                 ]
             )
 
@@ -470,32 +544,55 @@ def _commit(tmp: Path, output_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def read_sizes(directory: Path) -> dict[str, TraceRow]:
-    """The rows of a trace's `sizes.csv`, by module."""
+def trace_problem(directory: Path) -> Problem:
+    """The problem a trace directory records (its `trace.json`; the default problem for a
+    directory without one, or a trace made before the field was written)."""
+    try:
+        info = json.loads((Path(directory) / TRACE_FILE).read_text())
+    except FileNotFoundError:
+        return registry.DEFAULT
+    name = info.get("problem") if isinstance(info, dict) else None
+    return registry.problem(name) if isinstance(name, str) else registry.DEFAULT
+
+
+def read_sizes(directory: Path, problem: Problem | None = None) -> dict[str, TraceRow]:
+    """The rows of a trace's `sizes.csv`, by module (the measures of `problem`, default:
+    the trace's own, in `baseline_extra` / `policy_extra`)."""
+    extra = _measure_columns(problem if problem is not None else trace_problem(directory))
     rows = {}
     with open(Path(directory) / SIZES_FILE, newline="") as f:
         for r in csv.DictReader(f):
+            sides: dict[str, dict[str, float]] = {"baseline": {}, "policy": {}}
+            for column, side, key in extra:
+                if r.get(column):
+                    sides[side][key] = float(r[column])
             rows[r["module"]] = TraceRow(
                 r["module"],
                 int(r["baseline_bytes"]) if r["baseline_bytes"] else None,
                 int(r["policy_bytes"]) if r["policy_bytes"] else None,
                 int(r["decisions"] or 0),
                 r["error"] or None,
+                sides["baseline"],
+                sides["policy"],
             )
     return rows
 
 
 def read_trace_log(path: Path) -> tuple[Header, Trajectory, float | None]:
     """One trace log: its header, its trajectory (decisions as `advice`, the other
-    features in header order) and its reward (None if it has no outcome record)."""
+    features in header order) and its reward (None if it has no outcome record). The
+    decision is the header's last feature named as some problem's `trace_advice`."""
     log = read_log_columns(Path(path).read_bytes())  # whole-file columns: traces are big
     if log is None:
         raise ValueError(f"{path}: empty file, not a trace log")
     names = [s.name for s in log.header.features]
-    if ADVICE_SPEC.name not in names:
-        raise ValueError(f"{path}: no {ADVICE_SPEC.name!r} feature: not a trace log")
+    decisions = {p.trace_advice.name for p in registry.PROBLEMS if p.traces}
+    found = [n for n in names if n in decisions]
+    if not found:
+        raise ValueError(f"{path}: no decision feature ({', '.join(sorted(decisions))}): "
+                         "not a trace log")
     columns = dict(log.columns)
-    advice = columns.pop(ADVICE_SPEC.name)
+    advice = columns.pop(found[-1])
     reward: float | None = None
     if log.scores is not None:
         scored = log.scores[~np.isnan(log.scores)]
@@ -512,7 +609,8 @@ def load_traces(directory: Path) -> Iterator[tuple[str, Trajectory, float]]:
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: no such trace directory")
-    sizes = read_sizes(directory) if (directory / SIZES_FILE).is_file() else {}
+    problem = trace_problem(directory)
+    sizes = read_sizes(directory, problem) if (directory / SIZES_FILE).is_file() else {}
     logs = {
         p.relative_to(directory).as_posix()[: -len(LOG_SUFFIX)]: p
         for p in directory.rglob(f"*{LOG_SUFFIX}")
@@ -522,7 +620,7 @@ def load_traces(directory: Path) -> Iterator[tuple[str, Trajectory, float]]:
         _, traj, reward = read_trace_log(logs[module])
         if reward is None:
             row = sizes.get(module)
-            known = row.reward if row is not None else None
+            known = row.reward_of(problem) if row is not None else None
             # float32, as logged outcomes are, so a module's reward does not depend on
             # whether it happened to make decisions.
             reward = float(np.float32(known)) if known is not None else float("nan")

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pymlgo.corpus.command import FlagEdits
+from pymlgo.protocol.tensor_spec import TensorSpec
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, ObjectSize
 
@@ -178,6 +179,40 @@ class Problem(Protocol):
     @property
     def traces(self) -> bool:
         """Whether `mlgo trace` writes this problem's decisions as training logs."""
+        ...
+
+    @property
+    def trace_advice(self) -> TensorSpec:
+        """The decision as a trace log records it: the last feature of the log's header
+        (as LLVM's development-mode logs append their decision spec)."""
+        ...
+
+    @property
+    def always_asks(self) -> bool:
+        """Whether every compile with a policy opens the channel and sends a header (the
+        inliner does); if not (regalloc: a module without virtual registers), a policy
+        compile without a header is a module without decisions, traced with no log."""
+        ...
+
+    @property
+    def trace_policy(self) -> str:
+        """The policy `mlgo trace` records when none is given."""
+        ...
+
+    def check_trace_policy(self, policy: Policy) -> None:
+        """ValueError saying why, if a trace cannot record `policy`'s decisions (say, a
+        policy that never answers the channel)."""
+        ...
+
+    def reproduces_baseline(self, policy: Policy) -> bool:
+        """Whether `policy` answering the channel is the baseline compile to the byte
+        (clang's own decisions, sent back): a trace then takes each module's traced compile
+        as its baseline too, when `stands_for_baseline` says so."""
+        ...
+
+    def stands_for_baseline(self, result: ModuleResult) -> bool:
+        """For a policy that `reproduces_baseline`: whether this successful traced compile
+        is the baseline's object (not, e.g., when the inliner's size stop cut in)."""
         ...
 
     @property

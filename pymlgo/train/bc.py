@@ -1,4 +1,6 @@
-"""Behaviour cloning: imitate clang's inlining heuristic from its -Oz decisions.
+"""Behaviour cloning: imitate clang's inlining heuristic from its -Oz decisions
+(`BehaviourCloning`), or, for a problem whose ppo head gives decisions a likelihood,
+imitate a traced policy's decisions (`HeadCloning`: register allocation).
 
 The MLGO RFC's bootstrap step: the `default` policy answers every call site through the
 channel, the trace records each call site's features and the heuristic's own decision
@@ -111,3 +113,68 @@ def agreement(net: MLP, x: torch.Tensor, y: torch.Tensor) -> float:
         return float("nan")
     decided = (net(x)[:, 0] >= 0).float()
     return float((decided == y).float().mean())
+
+
+class HeadCloning:
+    """Behaviour cloning through a problem's ppo head (`hooks.PPOHead`, plus its
+    `demonstrations`): the network is fit to maximize the log-likelihood the head gives the
+    recorded decisions (regalloc: the column evicted, the log2 priority given).
+
+    Reported: `bc/loss` (mean negative log-likelihood of the last pass),
+    `bc/loss_first_epoch`, `bc/loss_validation`, `bc/decisions`.
+    """
+
+    def __init__(self, cfg: BCConfig, policy: Any, train: tuple[np.ndarray, ...],
+                 validation: tuple[np.ndarray, ...] | None, seed: int, head: Any) -> None:
+        self.cfg = cfg
+        self.head = head
+        self.template = policy.greedy()
+        self.net = head.net(policy)
+        self.opt = torch.optim.Adam(
+            self.net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay
+        )
+        self.rng = np.random.default_rng(seed)
+        self.train = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in train)
+        self.val = (None if validation is None or not len(validation[0])
+                    else tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in validation))
+
+    def policy(self) -> Any:
+        return self.head.policy(self.template, self.net)
+
+    def fit(self, epochs: int) -> dict[str, float]:
+        n = len(self.train[0])
+        losses = []
+        for _ in range(epochs):
+            order = torch.from_numpy(self.rng.permutation(n))
+            total = 0.0
+            for start in range(0, n, self.cfg.batch_size):
+                idx = order[start : start + self.cfg.batch_size]
+                logp, _ = self.head.log_prob_entropy(self.net, self.train, idx)
+                loss = -logp.mean()
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+                total += loss.item() * len(idx)
+            losses.append(total / max(n, 1))
+        scalars = {"bc/loss": losses[-1] if losses else float("nan"),
+                   "bc/loss_first_epoch": losses[0] if losses else float("nan"),
+                   "bc/decisions": float(n)}
+        if self.val is not None:
+            with torch.no_grad():
+                idx = torch.arange(len(self.val[0]))
+                logp, _ = self.head.log_prob_entropy(self.net, self.val, idx)
+                scalars["bc/loss_validation"] = float(-logp.mean())
+        return scalars
+
+    def iterate(self, env: TrainEnv, iteration: int) -> dict[str, float]:
+        """No compiles: the demonstrations were recorded once, before training."""
+        return self.fit(self.cfg.epochs_per_iteration)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "opt": self.opt.state_dict(),
+                "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.opt.load_state_dict(state["opt"])
+        self.rng.bit_generator.state = state["rng"]

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pymlgo.policy.inlining import InliningPolicy
+from pymlgo.policy.priority import INPUT_NAMES as PRIORITY_INPUTS
 from pymlgo.policy.priority import PriorityNetwork, PriorityPolicy, log2_actions
 from pymlgo.policy.priority import encode as encode_priority
 from pymlgo.policy.regalloc import (
@@ -242,6 +243,17 @@ class EvictionHead:
                  torch.from_numpy(mask), torch.from_numpy(actions))
         return batch, logp_old, adv, got.scalars(env, episodes, n)
 
+    def demonstrations(self, trajectories: Sequence[Trajectory]) -> tuple[np.ndarray, ...]:
+        """(inputs, valid columns, column taken) of every recorded decision with a real
+        choice (more than one valid column): what behaviour cloning fits."""
+        batches = [b for t in trajectories
+                   if (b := trajectory_batch(t, dict.fromkeys(t.contexts, 0.0))) is not None]
+        if not batches:
+            return (np.zeros((0, 1, INPUT_DIM), np.float32), np.zeros((0, 1), bool),
+                    np.zeros(0, np.int64))
+        return tuple(np.concatenate([getattr(b, f) for b in batches])
+                     for f in ("x", "mask", "actions"))
+
     def log_prob_entropy(self, net: TorchEvictionNet, batch: tuple[torch.Tensor, ...],
                          idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x, valid, actions = batch
@@ -316,6 +328,17 @@ class PriorityHead:
         logp_old = -0.5 * z * z - behaviour.log_std - _LOG_SQRT_2PI
         batch = (torch.from_numpy(x), torch.from_numpy(actions.astype(np.float32)))
         return batch, logp_old, adv, got.scalars(env, episodes, len(actions))
+
+    def demonstrations(self, trajectories: Sequence[Trajectory]) -> tuple[np.ndarray, ...]:
+        """(inputs, log2 priority given) of every recorded decision."""
+        rng = np.random.default_rng(0)  # unused: no limit, every decision is kept
+        rows = [r for t in trajectories
+                if (r := priority_rows(t, dict.fromkeys(t.contexts, 0.0), limit=len(t),
+                                       rng=rng)) is not None]
+        if not rows:
+            return np.zeros((0, len(PRIORITY_INPUTS)), np.float32), np.zeros(0, np.float32)
+        return (np.concatenate([r[0] for r in rows]),
+                np.concatenate([r[1] for r in rows]).astype(np.float32))
 
     def log_prob_entropy(self, net: TorchPriorityNet, batch: tuple[torch.Tensor, ...],
                          idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -155,6 +155,12 @@ class ProblemTraining(Protocol):
         """ppo's torch head (imports torch)."""
         ...
 
+    def behaviour_cloning(self, config: TrainConfig, demos_train: Any,
+                          demos_validation: Any, initial: Any, seed: int) -> Any:
+        """The `algo = "bc"` algorithm (imports torch), fitting `initial` to the setup's
+        demonstrations."""
+        ...
+
 
 def training_of(problem: Problem) -> ProblemTraining:
     """The training hooks of `problem` (`Problem.training` names their module)."""

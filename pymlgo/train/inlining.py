@@ -215,6 +215,12 @@ class InliningTraining:
 
         return InliningHead()
 
+    def behaviour_cloning(self, config: TrainConfig, demos_train: Any,
+                          demos_validation: Any, initial: Any, seed: int) -> Any:
+        from pymlgo.train.bc import BehaviourCloning
+
+        return BehaviourCloning(config.bc, initial, demos_train, demos_validation, seed)
+
 
 def training(problem: Problem) -> InliningTraining:
     return InliningTraining()

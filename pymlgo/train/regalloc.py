@@ -9,6 +9,11 @@ trained and validated on (a relative change of 0 has no meaning). The initial po
 stock rule rebuilt from the channel's features (`policy/regalloc.py`), so training learns
 where to deviate from it; clang sends no decision of its own, so there is no bc warm start.
 
+`algo = "bc"` clones the decisions of the problem's traced policy (`Problem.trace_policy`:
+`heuristic`, `priority:stage-size`; the stock advisors report none on the channel), read
+from `traces` (`mlgo trace --problem ...`) or recorded at setup: the new network is fit to
+maximize the likelihood its ppo head gives them (`bc.HeadCloning`).
+
 Priority (`regalloc-priority`) trains the same way, with the same measure, fitness and
 per-function ppo advantages (`heads.PriorityHead`: a Gaussian over the log2 priority); its
 initial policy is the stock rule's coarse order (`policy/priority.py`).
@@ -16,21 +21,24 @@ initial policy is the stock rule's coarse order (`policy/priority.py`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pymlgo.evaluate.trace import load_traces
 from pymlgo.policy import priority
 from pymlgo.policy.regalloc import EvictionPolicy, init_network
 from pymlgo.policy.store import PolicyLoadError, load_policy
-from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Problem
+from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Problem, Trajectory
 from pymlgo.problems.regalloc.compile import COST_KEY
 from pymlgo.problems.regalloc.problem import RegallocProblem
 from pymlgo.problems.regalloc.reward import log_ratio
 from pymlgo.train.config import ConfigError, TrainConfig
-from pymlgo.train.hooks import STREAM_INIT, PolicySetup, PPOHead
-from pymlgo.train.sources import SourceError, Sources
+from pymlgo.train.env import TrainEnv
+from pymlgo.train.hooks import STREAM_INIT, PolicySetup, PPOHead, TrainError
+from pymlgo.train.sources import SourceError, Sources, load_trace_source
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -68,7 +76,6 @@ _INLINING_ONLY = (
     ("partial_rewards", "none", "per-decision rewards from IR2Native size estimates"),
     ("ir2native_model", "", "an IR2Native model"),
     ("vocab", "", "a quantile vocab (eviction inputs are normalized by LLVM already)"),
-    ("traces", "", "traces of clang's decisions"),
     ("reward_weighting", "default", "byte weighting of rewards"),
     ("out_of_range", "clip", "vocab extrapolation"),
 )
@@ -78,7 +85,7 @@ class RegallocTraining:
     bc_warmstart = False
     scoring = CostScoring()
     keep_baseline_results = True  # ppo's per-function rewards need the stock costs
-    algorithms: tuple[str, ...] = ("es", "ppo")
+    algorithms: tuple[str, ...] = ("es", "ppo", "bc")
 
     def __init__(self, problem: RegallocProblem) -> None:
         self.problem = problem
@@ -90,7 +97,7 @@ class RegallocTraining:
             trains = "algo = " + " or ".join(repr(a) for a in self.algorithms)
             raise ConfigError(f"problem {name!r} trains with {trains}, not algo = "
                               f"{config.algo!r}")
-        if config.warmstart == "bc":
+        if config.warmstart == "bc" and config.algo != "bc":
             raise ConfigError(
                 f"problem {name!r} has no bc warm start (clang sends no decision of its own "
                 f"to imitate; a new policy starts as the stock rule): set warmstart = '' "
@@ -107,9 +114,10 @@ class RegallocTraining:
                               f"them) applies to problem 'inlining' only, not {name!r}")
 
     def load_sources(self, config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
+        traces = load_trace_source(config, corpus, compiler.version)
         spec = config.policy_warmstart
         if spec is None:
-            return Sources(None, None, None)
+            return Sources(None, None, traces)
         try:
             policy = load_policy(spec, problem=self.problem)
         except PolicyLoadError as exc:
@@ -122,7 +130,7 @@ class RegallocTraining:
             raise SourceError(f"[policy] hidden = {list(config.policy.hidden)} conflicts with "
                               f"the warm-start policy {spec} (it has {list(policy.hidden)}): "
                               f"leave the key out to train its network as it is")
-        return Sources(policy.greedy(), None, None)
+        return Sources(policy.greedy(), None, traces)
 
     def compile_options(self, out: Path, sources: Sources | None) -> None:
         return None  # the problem's own flags are all it needs
@@ -147,12 +155,62 @@ class RegallocTraining:
         spilling = {m: int(cost > 0) for m, cost in baselines.items()}
         say(f"{sum(spilling.values())} of {len(baselines)} modules have spill code under "
             f"the {self.problem.baseline_label} advisor")
-        return PolicySetup(spilling, None, None, initial, {})
+        demos: tuple[object, object] = (None, None)
+        if config.algo == "bc":
+            demos = self._demonstrations(split, baselines, jobs, executor, spec, sources, say)
+        return PolicySetup(spilling, demos[0], demos[1], initial, {})
+
+    def _demonstrations(self, split: Split, baselines: Mapping[str, float],
+                        jobs: Mapping[str, CompileJob], executor: Executor, spec: WorkSpec,
+                        sources: Sources, say: Callable[[str], None]
+                        ) -> tuple[object, object]:
+        """The traced policy's decisions on the training and validation modules, as the
+        ppo head's demonstration arrays (read from the trace, else recorded now)."""
+        usable = sorted(m for m in (*split.train, *split.validation) if m in baselines)
+        traced = self.problem.trace_policy
+        trajectories: dict[str, Trajectory] = {}
+        if sources.traces is not None:
+            source = sources.traces
+            say(f"{traced}'s decisions on {len(usable)} modules from {source.directory}")
+            for m in usable:
+                row = source.rows.get(m)
+                cost = None if row is None else row.baseline_extra.get(COST_KEY)
+                if cost is not None and not math.isclose(cost, baselines[m], rel_tol=1e-9,
+                                                         abs_tol=1e-9):
+                    raise SourceError(
+                        f"{source.directory} was traced from other bitcode, flags or "
+                        f"compiler: {m} costs {cost} under the stock advisor there, "
+                        f"{baselines[m]} here; trace this corpus again")
+            wanted = set(usable)
+            trajectories = {m: t for m, t, _ in load_traces(source.directory) if m in wanted}
+        else:
+            say(f"recording {traced}'s decisions on {len(usable)} modules")
+            env = TrainEnv(executor, spec, jobs, baselines)
+            policy = load_policy(traced, problem=self.problem)
+            for e in env.run([policy], usable, record=True):
+                if e.ok and e.result is not None and e.result.trajectory is not None:
+                    trajectories[e.module] = e.result.trajectory
+        head = self.ppo_head()
+        train = head.demonstrations(  # type: ignore[attr-defined]
+            [trajectories[m] for m in sorted(split.train) if m in trajectories])
+        validation = head.demonstrations(  # type: ignore[attr-defined]
+            [trajectories[m] for m in sorted(split.validation) if m in trajectories])
+        if not len(train[0]):
+            raise TrainError(f"no training module has a decision of {traced} to clone")
+        say(f"behaviour cloning {len(train[0])} decisions")
+        return train, validation
 
     def ppo_head(self) -> PPOHead:
         from pymlgo.train.heads import EvictionHead, PriorityHead
 
         return PriorityHead() if self.problem.advisor == "priority" else EvictionHead()
+
+    def behaviour_cloning(self, config: TrainConfig, demos_train: Any,
+                          demos_validation: Any, initial: Any, seed: int) -> Any:
+        from pymlgo.train.bc import HeadCloning
+
+        return HeadCloning(config.bc, initial, demos_train, demos_validation, seed,
+                           self.ppo_head())
 
 
 def training(problem: Problem) -> RegallocTraining:

@@ -37,7 +37,6 @@ from pymlgo.train.config import TrainConfig
 from pymlgo.train.env import Episode
 
 VOCAB_FILE = "vocab.json"  # what `mlgo vocab` writes into its output directory
-HEURISTIC_POLICY = "default"
 
 
 class SourceError(ValueError):
@@ -94,7 +93,7 @@ def load_sources(config: TrainConfig, corpus: Corpus, compiler_version: str) -> 
     """Load the configured warm start, vocab and traces; SourceError if one cannot be used."""
     warm = _warm_start(config)
     ir2vec = _ir2vec(config, warm)
-    traces = _traces(config, corpus, compiler_version)
+    traces = load_trace_source(config, corpus, compiler_version)
     if traces is not None and ir2vec is not None:
         _check_trace_ir2vec(traces, ir2vec)
     return Sources(warm, _vocab(config), traces, ir2vec)
@@ -186,36 +185,40 @@ def _vocab(config: TrainConfig) -> Vocab | None:
     return vocab
 
 
-def _traces(config: TrainConfig, corpus: Corpus, compiler_version: str) -> TraceSource | None:
+def load_trace_source(config: TrainConfig, corpus: Corpus,
+                      compiler_version: str) -> TraceSource | None:
+    """`config.traces`, checked: a trace of this corpus, problem, compiler and flags, made
+    with the problem's traced policy (`Problem.trace_policy`: inlining's `default`)."""
     if not config.traces:
         return None
     directory = Path(config.traces)
+    problem = registry.problem(config.problem)
+    # the command that makes the trace this run wants
+    remake = ("mlgo trace" + ("" if problem is registry.DEFAULT else f" --problem {problem.name}")
+              + f" --policy {problem.trace_policy}")
     try:
         info = json.loads((directory / TRACE_FILE).read_text())
         rows = read_sizes(directory)
     except FileNotFoundError as exc:
         raise SourceError(f"{directory}: not a trace directory (no {Path(str(exc.filename)).name});"
-                          f" make one with `mlgo trace --policy default --output_dir "
-                          f"{directory}`") from exc
+                          f" make one with `{remake} --output_dir {directory}`") from exc
     except (OSError, ValueError, KeyError) as exc:
         raise SourceError(f"{directory}: unreadable trace ({exc})") from exc
     if not isinstance(info, dict) or info.get("format") != TRACE_FORMAT:
         raise SourceError(f"{directory / TRACE_FILE}: not a {TRACE_FORMAT} file")
-    problem = registry.problem(config.problem)
     if info.get("problem") != problem.name:
         raise SourceError(
             f"{directory} is a trace of problem {info.get('problem')!r}, not of "
             f"{problem.name!r}, which this run trains")
-    if info.get("policy") != HEURISTIC_POLICY:
+    if info.get("policy") != problem.trace_policy:
         raise SourceError(
             f"{directory} is a trace of policy {info.get('policy')!r}; behaviour cloning "
-            f"learns clang's own decisions: trace with `mlgo trace --policy default`")
+            f"learns {problem.trace_policy!r}'s decisions: trace with `{remake}`")
     if set(rows) != set(corpus.names) and not _traced_subset(info, rows, corpus):
         common = len(set(rows) & set(corpus.names))
         raise SourceError(
             f"{directory} traces another corpus: {len(rows)} modules, {common} of them in "
-            f"{corpus.root} ({len(corpus)} modules); trace this corpus with `mlgo trace "
-            f"--policy default`")
+            f"{corpus.root} ({len(corpus)} modules); trace this corpus with `{remake}`")
     version = (info.get("compiler") or {}).get("version")
     if version != compiler_version:
         raise SourceError(f"{directory} was traced with clang {version}, this run uses clang "

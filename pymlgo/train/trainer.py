@@ -337,10 +337,9 @@ def make_algorithm(config: TrainConfig, setup: Setup,
                    shaper: IR2NativeShaper | None = None) -> Algorithm:
     seed = _seed(config, STREAM_ALGO)
     if config.algo == "bc":
-        from pymlgo.train.bc import BehaviourCloning
-
-        return BehaviourCloning(config.bc, setup.initial, setup.demos_train,
-                                setup.demos_validation, seed)
+        algo: Algorithm = _training(config).behaviour_cloning(
+            config, setup.demos_train, setup.demos_validation, setup.initial, seed)
+        return algo
     if config.algo == "ppo":
         from pymlgo.train.ppo import PPO
 

@@ -16,6 +16,7 @@ from pymlgo.problems.base import (
     problem_by_name,
 )
 from pymlgo.problems.inlining.compile import SIZE_STOP_KEY
+from pymlgo.protocol.tensor_spec import TensorSpec
 from pymlgo.toolchain.compiler import Compiler
 
 if TYPE_CHECKING:  # numpy only, but most compiles never need it
@@ -53,6 +54,9 @@ class InliningProblem:
     policy_codec: str = "pymlgo.policy.store"
     training: str = "pymlgo.train.inlining"
     traces: bool = True
+    trace_advice: TensorSpec = TensorSpec("inlining_decision", "int64_t", (1,))
+    always_asks: bool = True  # a header and a context even without a call site
+    trace_policy: str = "default"  # clang's heuristic through the channel: behaviour cloning
 
     def compile(self, compiler: Compiler, job: CompileJob, policy: Policy | None,
                 settings: CompileSettings) -> ModuleResult:
@@ -77,6 +81,18 @@ class InliningProblem:
         if result.size is None or baseline.size is None:
             raise ValueError(f"{result.module}: a failed compile has no reward")
         return 1.0 - result.size / baseline.size if baseline.size else 0.0
+
+    def check_trace_policy(self, policy: Policy) -> None:
+        pass  # every inlining policy answers the channel
+
+    def reproduces_baseline(self, policy: Policy) -> bool:
+        from pymlgo.problems.inlining.policies import HeuristicPolicy
+
+        return isinstance(policy, HeuristicPolicy)  # the inliner's own: its object is -Oz
+
+    def stands_for_baseline(self, result: ModuleResult) -> bool:
+        # past the ML advisor's size stop clang refuses call sites its heuristic would inline
+        return not result.extra.get(SIZE_STOP_KEY)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return problem_by_name, (self.name,)

@@ -216,13 +216,15 @@ def _plan(header: Header, required: Sequence[str],
 
 def record_trajectory(session: ChannelSession, required: Sequence[str],
                       advisor: Advisor) -> Trajectory | None:
-    """The decisions as a Trajectory: the policy's features (and `mask` for eviction,
-    which a trainer needs to renormalize over valid columns) stacked per decision, the
-    advice actually sent, and each decision's function (its context)."""
+    """The decisions as a Trajectory: every feature of the header, in its order, stacked per
+    decision (a trace logs them all, a trainer needs `mask` to renormalize over valid
+    columns), the advice actually sent, and each decision's function (its context).
+    `required` (the policy's features) and `advisor` are checked to be in the header."""
     if session.header is None or session.header.advice is None:
         return None
-    return trajectory(session, list(dict.fromkeys(
-        [*required, *([MASK_FEATURE] if advisor == "evict" else [])])))
+    select_features(session.header.features,
+                    [*required, *([MASK_FEATURE] if advisor == "evict" else [])])
+    return trajectory(session)
 
 
 def function_costs(result: ModuleResult) -> dict[str, float]:

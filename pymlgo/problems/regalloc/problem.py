@@ -1,5 +1,16 @@
 """Register allocation as a `Problem`: the greedy allocator's eviction advisor at -O2,
-reward from the allocator's weighted spill/reload/copy cost (`remarks.py`)."""
+reward from the allocator's weighted spill/reload/copy cost (`remarks.py`).
+
+Traces (`mlgo trace`) record the decisions of a policy that answers the channel. They
+cannot record the stock advisor's own: in LLVM 22 the release-mode ML advisors behind
+`-regalloc-{evict,priority}-interactive-channel-base` only evaluate the model runner (the
+channel) and send nothing of the default advisor (there is no counterpart of the inliner's
+`-inliner-interactive-include-default`); the default advisor's choice is computed and
+logged only in development mode (`-regalloc-training-log`, `-regalloc-priority-training-log`),
+which needs an LLVM built with TFLite, and the bundled clang has neither option. So the
+default traced policy is pymlgo's channel-side rebuild of the stock rule (`heuristic`,
+`priority:stage-size`), and the stock advisor (`default`) is refused with that reason.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +26,7 @@ from pymlgo.problems.base import (
     Policy,
     problem_by_name,
 )
-from pymlgo.problems.regalloc.advice import Advisor
+from pymlgo.problems.regalloc.advice import EVICT_ADVICE, PRIORITY_ADVICE, Advisor
 from pymlgo.problems.regalloc.compile import (
     CORRECTED_KEY,
     COST_KEY,
@@ -25,11 +36,17 @@ from pymlgo.problems.regalloc.compile import (
     is_stock,
 )
 from pymlgo.problems.regalloc.reward import relative_change
+from pymlgo.protocol.tensor_spec import TensorSpec
 from pymlgo.toolchain.compiler import Compiler
 
 # The `problem` field and version prefix of saved regalloc policies (`policy/regalloc.py`).
 POLICY_TAG = "regalloc"
 COST = Measure(COST_KEY, "cost", "weighted spill/reload/copy cost")
+# The decision specs the release-mode advisors send in their headers (LLVM 22).
+ADVICE_SPECS = {"evict": TensorSpec(EVICT_ADVICE, "int64_t", (1,)),
+                "priority": TensorSpec(PRIORITY_ADVICE, "float", (1,))}
+# What `mlgo trace` records by default: the stock rule as far as the channel shows it.
+TRACE_POLICIES = {"evict": "heuristic", "priority": "priority:stage-size"}
 
 
 @dataclass(frozen=True)
@@ -43,7 +60,36 @@ class RegallocProblem:
     counters: tuple[str, ...] = (CORRECTED_KEY,)
     policy_codec: str = "pymlgo.policy.regalloc"
     training: str = "pymlgo.train.regalloc"
-    traces: bool = False  # `mlgo trace` writes the inliner's log format only, so far
+    traces: bool = True  # of channel policies only: see the module docstring
+    # the advisor is created for the first function with virtual registers only
+    always_asks: bool = False
+
+    @property
+    def trace_advice(self) -> TensorSpec:
+        return ADVICE_SPECS[self.advisor]
+
+    @property
+    def trace_policy(self) -> str:
+        return TRACE_POLICIES[self.advisor]
+
+    def check_trace_policy(self, policy: Policy) -> None:
+        if is_stock(policy):
+            raise ValueError(
+                f"policy {policy.name!r} is the stock {self.advisor} advisor, which never "
+                f"answers the channel, and clang's interactive {self.advisor} advisor does not "
+                f"report the stock advisor's choice (LLVM logs it only in development mode, "
+                f"which the bundled clang lacks): nothing to trace. Trace "
+                f"{self.trace_policy!r} (the stock rule rebuilt from the channel's features) "
+                f"or another policy that answers the channel")
+        if advisor_of(policy) != self.advisor:
+            raise ValueError(f"policy {policy.name!r} answers the {advisor_of(policy)} "
+                             f"advisor, not the {self.advisor} advisor of {self.name}")
+
+    def reproduces_baseline(self, policy: Policy) -> bool:
+        return False  # the stock advisor has no channel (`check_trace_policy`)
+
+    def stands_for_baseline(self, result: ModuleResult) -> bool:
+        return False
 
     def compile(self, compiler: Compiler, job: CompileJob, policy: Policy | None,
                 settings: CompileSettings) -> ModuleResult:
@@ -65,7 +111,9 @@ class RegallocProblem:
 
     def reward(self, baseline: ModuleResult, result: ModuleResult) -> float:
         """-(cost - stock cost) / max(stock cost, floor): positive when cheaper."""
-        return -relative_change(float(result.extra[COST_KEY]), float(baseline.extra[COST_KEY]))
+        # 0.0 - x, not -x: no change is 0.0, never -0.0 (a trace log writes its bits)
+        return 0.0 - relative_change(float(result.extra[COST_KEY]),
+                                     float(baseline.extra[COST_KEY]))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return problem_by_name, (self.name,)
