@@ -236,3 +236,18 @@ def test_a_difference_input_is_one_policy_key_checked_at_once_and_saved_only_whe
     with pytest.raises(ConfigError, match="cost_estimate in policy.features"):
         make_config(algo="es", policy={"differences": ["threshold-cost_estimate"],
                                        "features": ["threshold", "callee_users"]})
+
+
+def test_a_bc_teacher_is_an_inlining_rule_and_only_where_bc_runs():
+    assert make_config(algo="bc", bc={"teacher": "shift:2:30:3"}).bc.teacher == "shift:2:30:3"
+    assert "teacher" not in make_config(algo="bc").provenance()["bc"]
+    with pytest.raises(ConfigError, match="built-in policy"):
+        make_config(algo="bc", bc={"teacher": "pretrained:inlining-oz"})
+    with pytest.raises(ConfigError, match="only used for behaviour cloning"):
+        make_config(algo="es", warmstart="", bc={"teacher": "shift:2"})
+    with pytest.raises(ConfigError, match="inlining' only"):
+        make_config(algo="bc", problem="regalloc-evict", warmstart="",
+                    bc={"teacher": "shift:2"})
+    with pytest.raises(ConfigError, match="inlining' only"):
+        make_config(algo="bc", problem="regalloc-evict", warmstart="",
+                    policy={"differences": ["threshold-cost_estimate"]})

@@ -26,7 +26,7 @@ from pymlgo.problems.base import CompileJob, Policy, Problem
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, HeuristicPolicy, builtin_policy
 from pymlgo.problems.inlining.problem import InliningOptions, ir2vec_vocab_of
 from pymlgo.toolchain.files import write_atomic
-from pymlgo.train.config import ALGORITHMS, DEFAULT_HIDDEN, TrainConfig
+from pymlgo.train.config import ALGORITHMS, DEFAULT_HIDDEN, ConfigError, TrainConfig
 from pymlgo.train.env import BYTES, Demonstrations, Episode, TrainEnv, inputs
 from pymlgo.train.hooks import (
     STREAM_INIT,
@@ -130,7 +130,12 @@ class InliningTraining:
     default_hidden = DEFAULT_HIDDEN
 
     def check(self, config: TrainConfig) -> None:
-        pass  # every key of TrainConfig applies to inlining
+        # every key of TrainConfig applies to inlining; the teacher must be one of its rules
+        try:
+            builtin_policy(config.bc.teacher)
+        except ValueError as exc:
+            raise ConfigError(f"bc.teacher must be a built-in policy that decides from the "
+                              f"features: {exc}") from None
 
     def load_sources(self, config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
         return load_sources(config, corpus, compiler.version)

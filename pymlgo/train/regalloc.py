@@ -35,7 +35,7 @@ from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Problem, Traj
 from pymlgo.problems.regalloc.compile import COST_KEY
 from pymlgo.problems.regalloc.problem import RegallocProblem
 from pymlgo.problems.regalloc.reward import log_ratio
-from pymlgo.train.config import ConfigError, TrainConfig
+from pymlgo.train.config import BCConfig, ConfigError, TrainConfig
 from pymlgo.train.env import TrainEnv
 from pymlgo.train.hooks import STREAM_INIT, PolicySetup, PPOHead, TrainError
 from pymlgo.train.sources import SourceError, Sources, load_trace_source
@@ -112,6 +112,12 @@ class RegallocTraining:
         if config.policy.ir2vec_vocab is not None:
             raise ConfigError(f"policy.ir2vec_vocab (IR2Vec embeddings, clang's inliner sends "
                               f"them) applies to problem 'inlining' only, not {name!r}")
+        if config.policy.differences is not None:
+            raise ConfigError(f"policy.differences (derived quantile inputs) applies to "
+                              f"problem 'inlining' only, not {name!r}")
+        if config.bc.teacher != BCConfig().teacher:
+            raise ConfigError(f"bc.teacher applies to problem 'inlining' only: {name!r} "
+                              f"clones the policy its trace recorded")
 
     def load_sources(self, config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
         traces = load_trace_source(config, corpus, compiler.version)
