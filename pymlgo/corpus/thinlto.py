@@ -26,8 +26,10 @@ index-only link of the link's bitcode alone (`-r`: every symbol kept, nothing in
 and those modules are reported as approximate.
 
 A module linked into several programs gets the index of the first link that reads it (its
-imports are those of that program). Bitcode inside archives is not indexed: a link's archive
-members are left out of its index (modules that import from them import less).
+imports are those of that program). A module that reaches the link only inside an archive
+gets no corpus entry (lld names its index after the archive member, not the recorded object);
+with the link's own command the index-only link still reads the archive as the link does,
+so the modules beside it import from it (with the approximate `-r` index they do not).
 """
 
 from __future__ import annotations
