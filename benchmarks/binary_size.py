@@ -482,9 +482,23 @@ class Build:
     log: list[dict[str, Any]]
 
 
-def build_variant(program: Program, variant: str, tools: Toolchain, root: Path, jobs: int,
-                  runtime_parent: Path) -> Build:
-    """Unpack, build (timed), measure and test one program one way in `root/variant`."""
+@dataclass
+class Tree:
+    """One program built one way: its build dir, what was linked, how long make took, the
+    `mlgo cc` log of the build and the program's test result."""
+
+    build: Path
+    recipe: Recipe
+    seconds: float
+    binaries: dict[str, ObjectSize]
+    log: list[dict[str, Any]]
+    test: TestResult
+
+
+def build_tree(program: Program, variant: str, make_vars: dict[str, str], root: Path,
+               jobs: int, runtime_parent: Path) -> Tree:
+    """Unpack, build (timed) with `make_vars`, measure the linked binaries and test one
+    program in `root/variant`."""
     build = root / variant
     build.mkdir(parents=True)
     recipe = program.prepare(build)
@@ -497,7 +511,6 @@ def build_variant(program: Program, variant: str, tools: Toolchain, root: Path, 
            if k not in ("MLGO_POLICY", "MLGO_CC_LOG", "MLGO_CC_SERVER", "MLGO_RUNTIME_DIR",
                         "MAKEFLAGS", "MFLAGS")}
     env.update({"MLGO_CC_LOG": str(cc_log), "MLGO_RUNTIME_DIR": str(runtime)})
-    make_vars = tools.make_vars(variant, f"{time.time_ns()}")
     argv = ["make", "-s", f"-j{jobs}", *(f"{k}={v}" for k, v in make_vars.items()), "all"]
     t0 = time.perf_counter()
     try:
@@ -510,7 +523,6 @@ def build_variant(program: Program, variant: str, tools: Toolchain, root: Path, 
         raise RuntimeError(f"{program.name} ({variant}): make failed (exit "
                            f"{proc.returncode}):\n{_tail(proc)}")
     binaries = {x.output: object_size(build / x.output) for x in recipe.links}
-    objects = total(object_size(build / u.obj) for u in recipe.units)
     log = ([json.loads(line) for line in cc_log.read_text().splitlines()]
            if cc_log.exists() else [])
     scratch = root / f"{variant}-scratch"
@@ -519,7 +531,16 @@ def build_variant(program: Program, variant: str, tools: Toolchain, root: Path, 
         test = program.test(build, scratch)
     except (OSError, subprocess.TimeoutExpired) as exc:
         test = TestResult(False, f"{type(exc).__name__}: {exc}")
-    return Build(variant, seconds, binaries, objects, test, log)
+    return Tree(build, recipe, seconds, binaries, log, test)
+
+
+def build_variant(program: Program, variant: str, tools: Toolchain, root: Path, jobs: int,
+                  runtime_parent: Path) -> Build:
+    """Unpack, build (timed), measure and test one program one way in `root/variant`."""
+    tree = build_tree(program, variant, tools.make_vars(variant, f"{time.time_ns()}"), root,
+                      jobs, runtime_parent)
+    objects = total(object_size(tree.build / u.obj) for u in tree.recipe.units)
+    return Build(variant, tree.seconds, tree.binaries, objects, tree.test, tree.log)
 
 
 def _sizes(s: ObjectSize) -> dict[str, Any]:

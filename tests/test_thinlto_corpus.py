@@ -7,6 +7,7 @@ and the link-time (cross-module) call sites are among the decisions."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,10 +18,12 @@ from pymlgo.cli.main import main
 from pymlgo.corpus.capture import CaptureError, capture
 from pymlgo.corpus.extract import extract_objects, objects_from_compile_commands
 from pymlgo.corpus.format import load_corpus
+from pymlgo.corpus.thinlto import backend_flags, index_links
 from pymlgo.problems.base import CompileJob
 from pymlgo.problems.inlining.compile import compile_baseline, compile_with_policy
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.lld import lld_command
 from pymlgo.toolchain.size import object_size
 from tests.conftest import TARGET_FLAGS
 from tests.test_cc import MINIC
@@ -132,6 +135,48 @@ def test_default_through_the_channel_is_the_stock_backend_object_to_the_byte(
                                      keep_object=served)
         assert result.error is None, result.error
         assert served.read_bytes() == stock.read_bytes(), m.name
+
+
+def test_each_captured_module_compiles_to_the_object_lld_made_in_the_real_link(
+        captured_thinlto, compiler, tmp_path):
+    """The build linked in-process (lld ran the ThinLTO backends); the corpus is made from
+    the same link's index, so a module compiled as training compiles it is the object the
+    real link's backend made, byte for byte: same imports, same internalized symbols."""
+    src = captured_thinlto.parent / "minic"
+    objs = [f"{m}.o" for m in MODULES]
+    # the build's link again (capture's target flags, the Makefile's), keeping lld's
+    # in-process backend objects (<dir>/<output>.lto.<module>.o)
+    lld = lld_command(compiler.cc_argv, [*TARGET_FLAGS, "-Oz", "-flto=thin", *objs],
+                      "again", dict(os.environ), tmp_path, cwd=src)
+    subprocess.run([*lld, "--save-temps", "--thinlto-jobs=1"], cwd=src, check=True)
+    for m in load_corpus(captured_thinlto).modules:
+        job = CompileJob(m.name, m.read_bitcode(), m.cmd)
+        ours = tmp_path / f"{m.name}.o"
+        assert compile_baseline(compiler, job, keep_object=ours).error is None
+        assert ours.read_bytes() == (src / f"again.lto.{m.name}.o").read_bytes(), m.name
+
+
+def test_the_backend_flags_follow_the_link(compiler):
+    static = backend_flags(["--lto-O2", "-no-pie", "-o", "prog"])
+    assert static == ["-fno-pic", "-fno-pie", "-ffunction-sections", "-fdata-sections",
+                      "-fvectorize", "-fslp-vectorize"]
+    assert backend_flags(["-shared", "--lto-O2"])[0] == "-fpic"
+    assert backend_flags(["-pie"])[0] == "-fpie"  # lld's default level is 2: vectorized
+    assert "-fvectorize" in backend_flags(["-pie"])
+    assert "-fvectorize" not in backend_flags(["--lto-O1"])
+
+
+def test_a_link_without_its_command_is_indexed_alone_and_said_to_be_approximate(
+        captured_thinlto, compiler, tmp_path):
+    src = captured_thinlto.parent / "minic"
+    objs = [str(src / f"{m}.o") for m in MODULES]
+    # a log written before links recorded their command: only the bitcode they read
+    indexed = index_links(compiler, [{"directory": str(src), "link": objs}], set(objs),
+                          tmp_path)
+    assert sorted(indexed.index) == sorted(objs) and not indexed.problems
+    assert all(indexed.index[o].read_bytes()[:4] == b"BC\xc0\xde" for o in objs)
+    assert set(indexed.approximate) == set(objs)
+    assert all(indexed.flags[o] == [] for o in objs)
 
 
 # --- training and evaluation on a ThinLTO corpus ----------------------------------------------

@@ -142,12 +142,13 @@ def read_log(log: Path, *, exclude: str | None = DEFAULT_EXCLUDE) -> list[dict[s
     ]
 
 
-def read_links(log: Path) -> list[list[str]]:
-    """The bitcode each recorded LTO link read (absolute paths), in build order."""
+def read_links(log: Path) -> list[dict[str, Any]]:
+    """The recorded LTO links, in build order: the bitcode each read ("link", absolute
+    paths), where it ran ("directory") and its driver and arguments."""
     if not log.exists():
         return []
     lines = log.read_text(encoding="utf-8").splitlines()
-    return [e["link"] for e in map(json.loads, filter(str.strip, lines)) if "link" in e]
+    return [e for e in map(json.loads, filter(str.strip, lines)) if "link" in e]
 
 
 def _thinlto(compiler: Compiler, entries: list[dict[str, Any]], log: Path, workdir: Path,
@@ -164,6 +165,11 @@ def _thinlto(compiler: Compiler, entries: list[dict[str, Any]], log: Path, workd
             "not made; capture the build with -flto=thin (or without LTO)")
     thin = [e for e in entries if e.get("lto") == "thin"]
     backends = compile_backends(compiler, thin, read_links(log), workdir, scratch, target)
+    if backends.approximate:
+        why = next(iter(backends.approximate.values()))
+        print(f"capture: {len(backends.approximate)} ThinLTO module(s) indexed without their "
+              f"link's own command ({why}): every symbol kept, so they may inline and import "
+              "other than the real link's backends did", file=sys.stderr)
     for e in entries:
         if e.get("lto") is None:  # every module of a ThinLTO corpus has an index
             backends.skipped[os.path.relpath(e["output"], workdir)] = (

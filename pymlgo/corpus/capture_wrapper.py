@@ -6,7 +6,8 @@ For a compile-only (`-c`) invocation it adds the fixed target and `-Xclang
 -fembed-bitcode=all`, runs the real driver, and on success appends the command and the
 object path to a JSON-lines log (under a file lock: builds run compilers in parallel).
 An LTO compile (`-flto*`) gets no bitcode section (its object is bitcode) and is logged with
-its LTO kind; a link that reads bitcode is run, then logged with the bitcode files it read.
+its LTO kind; a link that reads bitcode is run, then logged with the bitcode files it read
+and its command (the ThinLTO index is made as that link makes it).
 Everything else (links, preprocessing, `--version` probes) gets the same target flags and is
 exec'd directly; with a `link` entry in the config (a stock clang building for another
 target, `toolchain/cross.py`), links are exec'd with that driver and its target flags.
@@ -208,7 +209,8 @@ def main(argv: Sequence[str]) -> int:
     full = [*driver, *args]
     link = config.get("link")
     if not pairs and link and is_link(expand_response_files(user_args, cwd)):
-        full = [*link["drivers"][argv[3]], *link["target_flags"], *strip_target_flags(user_args)]
+        driver = link["drivers"][argv[3]]
+        full = [*driver, *link["target_flags"], *strip_target_flags(user_args)]
     seen = expand_response_files(user_args, cwd)
     linked = bitcode_operands(seen, cwd) if not pairs and is_link(seen) else []
     if not pairs and not linked:
@@ -221,8 +223,9 @@ def main(argv: Sequence[str]) -> int:
              "output": str(cwd / obj), **({"lto": kind} if kind else {})}
             for src, obj in pairs
         ]
-        if linked:  # an LTO link: the bitcode it links, for the ThinLTO index
-            entries.append({"directory": str(cwd), "link": linked})
+        if linked:  # an LTO link: the bitcode it links and its command, for the index
+            entries.append({"directory": str(cwd), "link": linked, "driver": driver,
+                            "arguments": full[len(driver):]})
         append_log(Path(config["log"]), entries)
     return returncode
 

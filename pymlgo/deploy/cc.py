@@ -47,6 +47,7 @@ from pathlib import Path
 
 from pymlgo.deploy import cc_server, guard, lto
 from pymlgo.deploy.answer import ServeStats, serve_sessions
+from pymlgo.toolchain.lld import LinkCommandError, lld_command
 
 POLICY_ENV, LOG_ENV, TIMEOUT_ENV = "MLGO_POLICY", "MLGO_CC_LOG", "MLGO_CC_TIMEOUT"
 DEFAULT_POLICY = "pretrained:inlining-oz"
@@ -438,8 +439,8 @@ def _run_lto_link(inv: Invocation, link: lto.LTOLink, driver: list[str],
     try:
         output = link_output(inv)
         try:
-            lld = lto.lld_command(driver, inv.compiler_args, output, env, tmp)
-        except (lto.LinkCommandError, subprocess.TimeoutExpired) as exc:
+            lld = lld_command(driver, inv.compiler_args, output, env, tmp)
+        except (LinkCommandError, subprocess.TimeoutExpired) as exc:
             reason = f"the linker's command could not be had from zig's driver: {exc}"
             _warn(inv, f"the link-time inliner of this LTO link is the stock one: {reason}")
             return _run_unserved(inv, [*driver, *inv.compiler_args], env, started,

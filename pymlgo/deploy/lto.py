@@ -20,9 +20,8 @@ checked with the bundled lld 22.1.8):
   llvm/include/llvm/Transforms/IPO/Inliner.h): no channel is ever opened, so a policy cannot
   answer it. `mlgo cc` says so instead.
 - zig's driver passes no `-mllvm`, `-Wl,-mllvm,...` or `--thinlto-jobs` on to lld ("unsupported
-  linker arg"), but prints lld's command under `-v`. lld refuses an output path that is a
-  directory before it reads any input ("cannot open output file"), so that command costs one
-  driver start; it is then run as `zig ld.lld ...` with the channel flags.
+  linker arg"); lld's own command is had from the driver (toolchain/lld.py) and run as
+  `zig ld.lld ...` with the channel flags.
 
 A link is an LTO link when one of its inputs (an object, a member of an archive named on the
 command line, a `-lNAME` found in a `-L` directory given) is bitcode. A bitcode module is
@@ -34,7 +33,6 @@ which bitcode stores as one byte-aligned blob, so the name is found in the file'
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,49 +176,6 @@ def lto_flag(args: Sequence[str]) -> str | None:
         elif arg == "-fno-lto":
             kind = None
     return kind
-
-
-class LinkCommandError(RuntimeError):
-    """The linker's command could not be had from the driver; the message says why."""
-
-
-def _without_output(args: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == "-o":
-            skip = True
-        elif not (arg.startswith("-o") and len(arg) > 2):
-            out.append(arg)
-    return out
-
-
-def lld_command(driver: Sequence[str], args: Sequence[str], output: str,
-                env: dict[str, str], scratch: Path) -> list[str]:
-    """The `zig ld.lld ...` command zig's driver runs for this link, writing `output`.
-
-    The driver is run with `-v` and an output path that is a directory: it prints lld's
-    command, and lld stops before reading any input."""
-    if any(any(c.isspace() for c in a) for a in args) or any(c.isspace() for c in str(scratch)):
-        raise LinkCommandError("an argument contains whitespace, and zig prints the linker's "
-                               "command unquoted")
-    probe = scratch / "probe-output"
-    probe.mkdir()
-    proc = subprocess.run([*driver, *_without_output(args), "-o", str(probe), "-v"], env=env,
-                          capture_output=True, text=True, check=False, timeout=600)
-    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("ld.lld ")]
-    if len(lines) != 1:
-        detail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
-        raise LinkCommandError(f"zig's driver printed {len(lines)} linker commands "
-                               f"({detail[0]})")
-    words = lines[0].split(" ")
-    at = [i for i in range(len(words) - 1) if words[i] == "-o" and words[i + 1] == str(probe)]
-    if len(at) != 1:
-        raise LinkCommandError("the linker's command does not name the output once")
-    words[at[0] + 1] = output
-    return [driver[0], *words]
 
 
 def channel_args(base: Path, *, include_default: bool, size_increase_threshold: int) -> list[str]:
