@@ -595,6 +595,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
 
         train_check = _train_check_names(env.names, config.seed)
         bar = _progress_bar(options.progress, max_it, iteration)
+        last_train: float | None = None
         last_iter_s = 0.0
         try:
             while max_it is None or iteration < max_it:
@@ -627,7 +628,10 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                 last_iter_s = time.monotonic() - t0
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(train=f"{scalars.get(f'{change}/train', 0.0):+.2%}",
+                    # bc measures training only when it validates: show its last figure
+                    # then, not +0.00% in between
+                    last_train = scalars.get(f"{change}/train", last_train)
+                    bar.set_postfix(train="-" if last_train is None else f"{last_train:+.2%}",
                                     val=f"{last_change:+.2%}", best=f"{best_change:+.2%}")
             if last_eval != iteration:  # stopped by the budget between validations
                 policy = _stamp(algo.policy(), config, iteration)
