@@ -21,8 +21,9 @@ import pytest
 from pymlgo.deploy import cc
 from pymlgo.deploy.answer import ServeStats
 from pymlgo.policy.store import load_policy, pretrained_root
+from pymlgo.problems.inlining.builtin_specs import BUILTINS
 from pymlgo.problems.inlining.compile import channel_flags
-from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
+from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, builtin_policy
 from pymlgo.toolchain.compiler import bundled_zig
 from pymlgo.toolchain.size import object_size
 from tests.workers_support import processes_mentioning
@@ -126,6 +127,50 @@ def test_mlgo_options_are_removed_and_the_environment_gives_defaults():
 def test_channel_flags_are_those_of_training_compiles(tmp_path):
     assert cc.channel_args(tmp_path / "ch") == channel_flags(tmp_path / "ch")
     assert cc.DEFAULT_FEATURE == DEFAULT_FEATURE
+
+
+# One spec of each built-in (`builtin_specs.BUILTINS`, by key); a new built-in needs one here.
+BUILTIN_EXAMPLES = {"default": "default", "never": "never", "always": "always",
+                    "random:": "random:0.5:1", "shift:": "shift:2:30:3"}
+
+
+def test_every_builtin_policy_is_a_builtin_to_mlgo_cc_which_knows_what_it_reads():
+    assert set(BUILTIN_EXAMPLES) == {b.key for b in BUILTINS}
+    for spec in BUILTIN_EXAMPLES.values():
+        policy = builtin_policy(spec)
+        assert cc.saved_policy_dir(spec) is None, spec
+        assert cc.policy_reads_default(spec) is (DEFAULT_FEATURE in policy.required_features)
+
+
+@pytest.mark.parametrize("spec", [
+    *BUILTIN_EXAMPLES.values(), "random:1", "shift:0", "Default", "never:", "always ",
+    " never", "random", "shift", "randomly", "shift-2", "pretrained:inlining-oz", "./never",
+    "policies/shift:2", "",
+])
+def test_mlgo_cc_takes_a_spec_for_a_policy_directory_exactly_when_it_is_no_builtin(spec):
+    try:
+        builtin_policy(spec)
+    except ValueError as exc:
+        unknown = "unknown inlining policy" in str(exc)
+    else:
+        unknown = False
+    assert (cc.saved_policy_dir(spec) is not None) is unknown
+
+
+def test_mlgo_cc_builds_its_commands_without_importing_numpy():
+    # The compiler starts before the policy is loaded: numpy's import would delay every
+    # compile of a build (and the native launcher's Python path) for nothing.
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from pymlgo.deploy import cc\n"
+        f"for spec in {[*BUILTIN_EXAMPLES.values(), 'pretrained:inlining-oz']!r}:\n"
+        "    inv = cc.parse_args('cc', ['--mlgo-policy', spec, '-Oz', '-c', 'a.c'], {})\n"
+        "    cc.policy_command(inv, ['zig', 'cc'], Path('channel'))\n"
+        "print('numpy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_clangs_own_decision_is_asked_for_only_when_the_policy_reads_it(tmp_path):

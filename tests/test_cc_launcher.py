@@ -177,7 +177,7 @@ def test_the_launcher_uses_the_python_paths_server_and_gives_its_bytes(launcher,
     assert len(processes_mentioning(env["runtime"] / "cc")) == 1
 
 
-@pytest.mark.parametrize("spec", ["always", "relative-policy-dir"])
+@pytest.mark.parametrize("spec", ["always", "random:0.5:1", "shift:2:30:3", "relative-policy-dir"])
 def test_the_launcher_finds_the_server_of_any_policy_spec(launcher, env, src, tmp_path, spec):
     if spec == "relative-policy-dir":
         shutil.copytree(pretrained_dir("inlining-oz"), src / spec)

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from pymlgo.deploy import cc_server, guard, lto
 from pymlgo.deploy.answer import ServeStats, serve_sessions
+from pymlgo.problems.inlining.builtin_specs import DEFAULT_FEATURE, builtin
 from pymlgo.toolchain.lld import LinkCommandError, lld_command
 
 POLICY_ENV, LOG_ENV, TIMEOUT_ENV = "MLGO_POLICY", "MLGO_CC_LOG", "MLGO_CC_TIMEOUT"
@@ -55,7 +56,6 @@ SIZE_LEVELS = ("-Oz", "-Os")
 # Kept equal to `problems.inlining.compile.channel_flags` (a test checks it); spelled out
 # here so building the command needs no numpy import before the compiler starts.
 SIZE_INCREASE_THRESHOLD = 10
-DEFAULT_FEATURE = "inlining_default"  # = problems.inlining.policies.DEFAULT_FEATURE
 DEFAULT_TIMEOUT_S = 24 * 3600.0  # per session; a dead compiler is noticed at once anyway
 # = toolchain.size.SIZE_METRICS (a test checks it): no ELF reader imported to parse flags
 GUARD_METRICS = ("allocated", "text", "llvm-size")
@@ -225,7 +225,7 @@ def pretrained_dir(name: str) -> Path:
 
 def saved_policy_dir(spec: str) -> Path | None:
     """The directory of a saved or pretrained policy spec; None for a built-in one."""
-    if spec in ("default", "never", "always") or spec.startswith(("random:", "shift:")):
+    if builtin(spec) is not None:
         return None
     if spec.startswith("pretrained:"):
         return pretrained_dir(spec.removeprefix("pretrained:"))
@@ -237,13 +237,11 @@ def policy_reads_default(spec: str) -> bool:
     the compiler a third inline-cost analysis per call site (besides the cost estimate and
     the cost features), so it is asked for only when the policy reads it. Decided from the
     spec and a saved policy's policy.json, without numpy; when in doubt, it is asked for."""
-    if spec in ("never", "always") or spec.startswith("random:"):
-        return False
-    if spec == "default":
-        return True
+    kind = builtin(spec)
+    if kind is not None:
+        return kind.reads_default
     path = saved_policy_dir(spec)
-    if path is None:
-        return True
+    assert path is not None  # a built-in was answered above
     try:
         doc = json.loads((path / "policy.json").read_text())
         return any(f["name"] == DEFAULT_FEATURE for f in doc["features"])

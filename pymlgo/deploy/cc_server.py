@@ -45,10 +45,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pymlgo.problems.inlining.builtin_specs import DEFAULT_FEATURE
 from pymlgo.runtime import private_dir
 
 SERVER_ENV, IDLE_ENV = "MLGO_CC_SERVER", "MLGO_CC_SERVER_IDLE"
-DEFAULT_FEATURE = "inlining_default"  # = problems.inlining.policies.DEFAULT_FEATURE
 DEFAULT_IDLE_S = 60.0
 START_TIMEOUT_S = 20.0  # importing numpy and loading a policy on a loaded machine
 _POLL_S = 0.02

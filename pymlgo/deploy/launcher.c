@@ -35,7 +35,8 @@
 /* Baked in by launcher.py (-D...). */
 #if !defined(MLGO_ZIG) || !defined(MLGO_PYTHON) || !defined(MLGO_PKG_ROOT) || \
     !defined(MLGO_KEY_VERSION) || !defined(MLGO_KEY_PYTHON) || !defined(MLGO_KEY_SERVER) || \
-    !defined(MLGO_PRETRAINED_ROOT) || !defined(MLGO_ENV_CC) || !defined(MLGO_ENV_CXX)
+    !defined(MLGO_PRETRAINED_ROOT) || !defined(MLGO_ENV_CC) || !defined(MLGO_ENV_CXX) || \
+    !defined(MLGO_BUILTIN_POLICIES)
 #error "build with launcher.py: the paths are baked in"
 #endif
 
@@ -359,9 +360,16 @@ static int file_sha256(const char *path, char out[65]) {
   return 0;
 }
 
+/* Whether `spec` names a built-in policy (no directory in its key). MLGO_BUILTIN_POLICIES is
+   builtin_specs.BUILTINS' keys, space-separated: whole names, and prefixes ending in ':'. */
 static int builtin_policy(const char *spec) {
-  return !strcmp(spec, "default") || !strcmp(spec, "never") || !strcmp(spec, "always") ||
-         !strncmp(spec, "random:", 7);
+  const char *p = MLGO_BUILTIN_POLICIES;
+  while (*(p += strspn(p, " "))) {
+    size_t n = strcspn(p, " ");
+    if (!strncmp(spec, p, n) && (p[n - 1] == ':' || spec[n] == 0)) return 1;
+    p += n;
+  }
+  return 0;
 }
 
 /* The key's hex, or -1 if it cannot be computed here (the Python path will know why). */

@@ -49,6 +49,7 @@ def _c_string(value: str) -> str:
 def build_config() -> dict[str, str]:
     """What the launcher has built in (launcher.c's MLGO_* macros)."""
     from pymlgo.deploy.cc_server import key_prefix
+    from pymlgo.problems.inlining.builtin_specs import BUILTINS
     from pymlgo.toolchain.compiler import bundled_zig
 
     zig = str(bundled_zig())
@@ -63,6 +64,7 @@ def build_config() -> dict[str, str]:
         "MLGO_PRETRAINED_ROOT": str(PRETRAINED_ROOT),
         "MLGO_ENV_CC": shlex.join([zig, "cc"]),  # = cc.compiler_env
         "MLGO_ENV_CXX": shlex.join([zig, "c++"]),
+        "MLGO_BUILTIN_POLICIES": " ".join(b.key for b in BUILTINS),  # keyed without a dir
     }
 
 

@@ -1,4 +1,5 @@
-"""Built-in inlining policies: default, never, always, random:P[:SEED], shift:DOWN[:UP[:USERS]]."""
+"""Built-in inlining policies: default, never, always, random:P[:SEED], shift:DOWN[:UP[:USERS]]
+(names in `builtin_specs`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymlgo.problems.base import Decide
-
-DEFAULT_FEATURE = "inlining_default"
+from pymlgo.problems.inlining.builtin_specs import (
+    DEFAULT_FEATURE,
+    RANDOM_PREFIX,
+    SHIFT_PREFIX,
+    USAGE,
+    builtin,
+)
 
 
 def module_seed(seed: int, module: str) -> int:
@@ -61,7 +67,7 @@ class RandomPolicy:
 
     @property
     def name(self) -> str:
-        return f"random:{self.p:g}:{self.seed}"
+        return f"{RANDOM_PREFIX}{self.p:g}:{self.seed}"
 
     def for_module(self, module: str) -> Decide:
         rng = random.Random(module_seed(self.seed, module))
@@ -73,7 +79,6 @@ class RandomPolicy:
         return decide
 
 
-SHIFT_PREFIX = "shift:"
 # What a shift policy reads: clang's decision, and the two numbers it compares.
 _SHIFT_FEATURES = (DEFAULT_FEATURE, "cost_estimate", "threshold", "callee_users")
 ANY_USERS = 2**62  # shift's USERS when not given: no limit on the callee's users
@@ -137,26 +142,32 @@ def builtin_policy(
     spec: str, *, seed: int = 0
 ) -> HeuristicPolicy | ConstantPolicy | RandomPolicy | ShiftPolicy:
     """Parse a built-in policy name; ValueError with the valid names otherwise."""
-    if spec == "default":
+    kind = builtin(spec)
+    if kind is None:
+        raise ValueError(
+            f"unknown inlining policy {spec!r}: use {USAGE}, "
+            "pretrained:NAME or a saved policy directory"
+        )
+    if kind.key == "default":
         return HeuristicPolicy()
-    if spec == "never":
+    if kind.key == "never":
         return ConstantPolicy(0, name="never")
-    if spec == "always":
+    if kind.key == "always":
         return ConstantPolicy(1, name="always")
-    if spec.startswith("random:"):
-        parts = spec.split(":")
-        try:
-            p = float(parts[1])
-            s = int(parts[2]) if len(parts) > 2 else seed
-        except (ValueError, IndexError):
-            raise ValueError(f"bad random policy {spec!r}: expected random:P[:SEED]") from None
-        if not 0.0 <= p <= 1.0 or len(parts) > 3:
-            raise ValueError(f"bad random policy {spec!r}: P must be in [0, 1]")
-        return RandomPolicy(p, s)
-    if spec.startswith(SHIFT_PREFIX):
+    if kind.key == RANDOM_PREFIX:
+        return _random_policy(spec, seed)
+    if kind.key == SHIFT_PREFIX:
         return _shift_policy(spec)
-    raise ValueError(
-        f"unknown inlining policy {spec!r}: use default, never, always, random:P[:SEED], "
-        "shift:DOWN[:UP[:USERS]], "
-        "pretrained:NAME or a saved policy directory"
-    )
+    raise AssertionError(f"built-in {kind.key!r} has no policy here")  # a test builds each
+
+
+def _random_policy(spec: str, seed: int) -> RandomPolicy:
+    parts = spec.split(":")
+    try:
+        p = float(parts[1])
+        s = int(parts[2]) if len(parts) > 2 else seed
+    except (ValueError, IndexError):
+        raise ValueError(f"bad random policy {spec!r}: expected random:P[:SEED]") from None
+    if not 0.0 <= p <= 1.0 or len(parts) > 3:
+        raise ValueError(f"bad random policy {spec!r}: P must be in [0, 1]")
+    return RandomPolicy(p, s)
