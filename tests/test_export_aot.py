@@ -78,7 +78,9 @@ def assert_decides_like_numpy(c: aot.AotComparison) -> None:
     assert c.decisions_equal == c.call_sites
     assert c.logit_model_decisions_equal == c.call_sites
     # the same float32 network, its sums in XLA's order: differences of rounding size only
-    assert c.max_abs_logit_diff < 1e-4
+    # (1.07e-4 for the bc-trained shipped model, whose logits are large; a wrong input or
+    # weight moves a logit by whole units, and the nearest decision is 1.19 away)
+    assert c.max_abs_logit_diff < 1e-3
 
 
 def test_the_aot_command_is_the_one_llvms_cmake_runs_for_the_inliner():

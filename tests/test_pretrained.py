@@ -13,19 +13,18 @@ from pymlgo.policy.store import load_policy, load_policy_dir, pretrained_root
 from pymlgo.train import config as cfg
 from tests.test_train_corpus import build_tiny_corpus
 
+# the shipped config's algorithm and inputs, on a small network for one iteration
 REDUCED_CONFIG = """\
-algo = "es"
+algo = "bc"
 seed = 5
 iterations = 1
-warmstart = "bc"
+warmstart = ""
 [policy]
 hidden = [8]
 quantiles = 50
+differences = ["threshold-cost_estimate"]
 [bc]
-warmstart_epochs = 2
-[es]
-population = 2
-modules_per_iteration = 2
+teacher = "shift:2:30:3"
 """
 
 

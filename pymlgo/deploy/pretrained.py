@@ -1,9 +1,12 @@
 """Regenerate the shipped pretrained policy (`pretrained:inlining-oz`) byte for byte.
 
-    python -m pymlgo.deploy.pretrained --output_dir out/pretrained-inlining-oz
+    python -m pymlgo.deploy.pretrained --output_dir out/pretrained-inlining-oz \
+        [--traces T]
 
-is exactly `mlgo train --config configs/pretrained-inlining-oz.toml --corpus demo
---output_dir OUT/train`, then a copy of `OUT/train/best/{policy.json,weights.npz,vocab.json}`
+snapshots the corpora of `configs/pretrained-inlining-oz.corpus` (the demo corpus and the
+Debian packages it names) into OUT/corpus, runs `mlgo train --config
+configs/pretrained-inlining-oz.toml --corpus OUT/corpus --output_dir OUT/train`, then copies
+`OUT/train/best/{policy.json,weights.npz,vocab.json}`
 into `pymlgo/policy/pretrained/inlining-oz/`, then an evaluation of that policy on the
 training and held-out modules of the same split (`OUT/numbers.json`, the README's numbers).
 Training is deterministic for a seed and a budget in iterations (not minutes), and saving is
@@ -26,6 +29,7 @@ from pymlgo.policy.store import POLICY_FILE, VOCAB_FILE, WEIGHTS_FILE, pretraine
 
 NAME = "inlining-oz"
 CONFIG_NAME = "configs/pretrained-inlining-oz.toml"
+CORPUS_LIST_NAME = "configs/pretrained-inlining-oz.corpus"
 POLICY_FILES = (POLICY_FILE, WEIGHTS_FILE, VOCAB_FILE)
 NUMBERS_FILE = "numbers.json"
 BIG_MODULE_BYTES = 65536  # issue 24's bucket: no held-out module this big may grow > 0.5%
@@ -34,6 +38,11 @@ BIG_MODULE_BYTES = 65536  # issue 24's bucket: no held-out module this big may g
 def repo_config() -> Path:
     """The config file in a source checkout (the package itself does not ship it)."""
     return Path(__file__).resolve().parents[2] / CONFIG_NAME
+
+
+def repo_corpus_list() -> Path:
+    """The shipped policy's corpus list in a source checkout."""
+    return Path(__file__).resolve().parents[2] / CORPUS_LIST_NAME
 
 
 def install_policy(source: Path, dest: Path) -> None:
@@ -149,12 +158,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", type=Path, default=None,
                    help=f"training config (default: {CONFIG_NAME} of this checkout)")
     p.add_argument("--corpus", action="append", default=None, metavar="[PREFIX=]DIR|demo",
-                   help="corpus (default: demo); given more than once, the corpora are frozen "
-                   "into one with `mlgo corpus snapshot` at DIR/corpus first (kept for reruns)")
+                   help="corpus; given more than once, the corpora are frozen into one with "
+                   "`mlgo corpus snapshot` at DIR/corpus first (kept for reruns)")
     p.add_argument("--corpus-list", dest="corpus_list", type=Path, default=None,
                    metavar="FILE", help="corpus specs, one per line (as --corpus), "
-                   "added after any --corpus: the shipped policy's is "
-                   "configs/pretrained-inlining-oz.corpus")
+                   f"added after any --corpus (with neither: {CORPUS_LIST_NAME} of this "
+                   "checkout, the shipped policy's)")
     p.add_argument("--install-to", dest="install_to", type=Path, default=None, metavar="DIR",
                    help=f"where the policy goes (default: the package's pretrained/{NAME})")
     p.add_argument("--no-eval", dest="evaluate", action="store_false",
@@ -174,13 +183,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pretrained: config {config} not found (pass --config)", file=sys.stderr)
         return 2
     specs = list(args.corpus or [])
+    if args.corpus_list is None and not specs:
+        args.corpus_list = repo_corpus_list()
     if args.corpus_list is not None:
         try:
             specs += read_corpus_list(args.corpus_list)
         except (OSError, ValueError) as exc:
             print(f"pretrained: --corpus-list: {exc}", file=sys.stderr)
             return 2
-    corpus = training_corpus(specs or ["demo"], args.output_dir)
+    corpus = training_corpus(specs, args.output_dir)
     train_dir = args.output_dir / "train"
     rc = mlgo(train_command(config, corpus, train_dir, args.workers, args.traces))
     if rc != 0:
