@@ -26,7 +26,33 @@ from pymlgo.train.env import Demonstrations, TrainEnv
 from pymlgo.train.nets import MLP, tensor
 
 
-class BehaviourCloning:
+class _Cloning:
+    """What every cloner shares: `fit` epochs per iteration (no compiles: the
+    demonstrations were recorded once, before training) and its state for checkpoints."""
+
+    cfg: BCConfig
+    net: torch.nn.Module
+    opt: torch.optim.Optimizer
+    rng: np.random.Generator
+
+    def fit(self, epochs: int) -> dict[str, float]:
+        raise NotImplementedError
+
+    def iterate(self, env: TrainEnv, iteration: int) -> dict[str, float]:
+        """No compiles: the demonstrations were recorded once, before training."""
+        return self.fit(self.cfg.epochs_per_iteration)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "opt": self.opt.state_dict(),
+                "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.opt.load_state_dict(state["opt"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+class BehaviourCloning(_Cloning):
     def __init__(
         self,
         cfg: BCConfig,
@@ -70,19 +96,6 @@ class BehaviourCloning:
             out["bc/accuracy_validation"] = agreement(self.net, *self.val)
         return out
 
-    def iterate(self, env: TrainEnv, iteration: int) -> dict[str, float]:
-        """No compiles: the demonstrations were recorded once, before training."""
-        return self.fit(self.cfg.epochs_per_iteration)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"net": self.net.state_dict(), "opt": self.opt.state_dict(),
-                "rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.opt.load_state_dict(state["opt"])
-        self.rng.bit_generator.state = state["rng"]
-
 
 def fit_epochs(net: MLP, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
                batch_size: int, epochs: int, rng: np.random.Generator) -> list[float]:
@@ -115,7 +128,7 @@ def agreement(net: MLP, x: torch.Tensor, y: torch.Tensor) -> float:
     return float((decided == y).float().mean())
 
 
-class HeadCloning:
+class HeadCloning(_Cloning):
     """Behaviour cloning through a problem's ppo head (`hooks.PPOHead`, plus its
     `demonstrations`): the network is fit to maximize the log-likelihood the head gives the
     recorded decisions (regalloc: the column evicted, the log2 priority given).
@@ -165,16 +178,3 @@ class HeadCloning:
                 logp, _ = self.head.log_prob_entropy(self.net, self.val, idx)
                 scalars["bc/loss_validation"] = float(-logp.mean())
         return scalars
-
-    def iterate(self, env: TrainEnv, iteration: int) -> dict[str, float]:
-        """No compiles: the demonstrations were recorded once, before training."""
-        return self.fit(self.cfg.epochs_per_iteration)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"net": self.net.state_dict(), "opt": self.opt.state_dict(),
-                "rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.opt.load_state_dict(state["opt"])
-        self.rng.bit_generator.state = state["rng"]
