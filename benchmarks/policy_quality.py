@@ -78,6 +78,9 @@ from pymlgo.train.trainer import SETUP_FILE, RunOptions, train
 from pymlgo.workers import WorkSpec, make_executor
 
 ALGOS = ("es", "ppo", "dqn", "il")  # what --algos trains (each from the bc warm start)
+# a variant may also be bc itself (e.g. cloning a rule: `bc.teacher`, the shipped model's
+# algorithm); the plain bc warm start is always reported as "bc"
+VARIANT_ALGOS = (*ALGOS, "bc")
 TARGET_HELDOUT = -0.03  # total held-out .text change vs -Oz
 TARGET_TRAIN = -0.05
 TARGET_WORST_PACKAGE = 0.005  # no held-out package worse than this
@@ -142,9 +145,9 @@ def load_variants(path: Path) -> dict[str, dict[str, Any]]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise SystemExit(f"--variants {path}: {exc}") from exc
     for name, table in data.items():
-        if not isinstance(table, dict) or table.get("algo") not in ALGOS:
+        if not isinstance(table, dict) or table.get("algo") not in VARIANT_ALGOS:
             raise SystemExit(f"--variants {path}: [{name}] needs algo = one of "
-                             f"{', '.join(ALGOS)}")
+                             f"{', '.join(VARIANT_ALGOS)}")
         if ":" in name or "," in name:
             raise SystemExit(f"--variants {path}: variant name {name!r} may not hold : or ,")
     return data

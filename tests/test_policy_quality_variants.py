@@ -1,0 +1,23 @@
+"""The training variants `benchmarks/policy_quality.py --variants` reads from
+configs/policy-quality-variants.toml each make a valid training config."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import policy_quality  # noqa: E402
+
+
+def test_every_shipped_variant_is_a_valid_training_config():
+    variants = policy_quality.load_variants(ROOT / "configs/policy-quality-variants.toml")
+    assert "bc-shift" in variants  # the shipped model's algorithm
+    for name in variants:
+        config = policy_quality._config(name, variants, 0, 10.0, 0.0, "", "package")
+        assert config.algo == variants[name]["algo"]
+    shipped = policy_quality._config("bc-shift", variants, 0, 10.0, 0.0, "", "package")
+    assert shipped.bc.teacher == "shift:2:30:3"
+    assert shipped.policy.differences == ("threshold-cost_estimate",)
