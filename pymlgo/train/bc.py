@@ -14,6 +14,7 @@ validation decisions (the fraction of call sites where the policy agrees with cl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -97,25 +98,33 @@ class BehaviourCloning(_Cloning):
         return out
 
 
-def fit_epochs(net: MLP, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-               batch_size: int, epochs: int, rng: np.random.Generator) -> list[float]:
-    """`epochs` passes of binary cross-entropy (logit vs 0/1 label) over (x, y) in
-    minibatches shuffled by `rng`; the mean loss of each pass."""
-    n = len(y)
+def minibatch_epochs(opt: torch.optim.Optimizer, n: int, batch_size: int, epochs: int,
+                     rng: np.random.Generator,
+                     loss_of: Callable[[torch.Tensor], torch.Tensor]) -> list[float]:
+    """`epochs` passes over `n` rows in minibatches shuffled by `rng`, one optimizer step
+    on `loss_of(row indices)` (a mean over the minibatch) each; the mean loss of each pass."""
     losses = []
     for _ in range(epochs):
         order = torch.from_numpy(rng.permutation(n))
         total = 0.0
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size]
-            logits = net(x[idx])[:, 0]
-            loss = F.binary_cross_entropy_with_logits(logits, y[idx])
+            loss = loss_of(idx)
             opt.zero_grad()
             loss.backward()
             opt.step()
             total += loss.item() * len(idx)
         losses.append(total / max(n, 1))
     return losses
+
+
+def fit_epochs(net: MLP, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               batch_size: int, epochs: int, rng: np.random.Generator) -> list[float]:
+    """`epochs` passes of binary cross-entropy (logit vs 0/1 label) over (x, y) in
+    minibatches shuffled by `rng`; the mean loss of each pass."""
+    return minibatch_epochs(
+        opt, len(y), batch_size, epochs, rng,
+        lambda idx: F.binary_cross_entropy_with_logits(net(x[idx])[:, 0], y[idx]))
 
 
 @torch.no_grad()
@@ -156,19 +165,12 @@ class HeadCloning(_Cloning):
 
     def fit(self, epochs: int) -> dict[str, float]:
         n = len(self.train[0])
-        losses = []
-        for _ in range(epochs):
-            order = torch.from_numpy(self.rng.permutation(n))
-            total = 0.0
-            for start in range(0, n, self.cfg.batch_size):
-                idx = order[start : start + self.cfg.batch_size]
-                logp, _ = self.head.log_prob_entropy(self.net, self.train, idx)
-                loss = -logp.mean()
-                self.opt.zero_grad()
-                loss.backward()
-                self.opt.step()
-                total += loss.item() * len(idx)
-            losses.append(total / max(n, 1))
+
+        def nll(idx: torch.Tensor) -> torch.Tensor:
+            logp, _ = self.head.log_prob_entropy(self.net, self.train, idx)
+            return -logp.mean()
+
+        losses = minibatch_epochs(self.opt, n, self.cfg.batch_size, epochs, self.rng, nll)
         scalars = {"bc/loss": losses[-1] if losses else float("nan"),
                    "bc/loss_first_epoch": losses[0] if losses else float("nan"),
                    "bc/decisions": float(n)}
