@@ -42,6 +42,14 @@ def sample(modules: Sequence[T], k: int, rng: Rng) -> list[T]:
     return out
 
 
+def sample_uniformly(names: Sequence[str], k: int, rng: np.random.Generator) -> list[str]:
+    """`k` distinct names drawn uniformly (all of them if there are fewer), sorted."""
+    if k >= len(names):
+        return list(names)
+    picked = rng.choice(len(names), size=k, replace=False)
+    return sorted(names[i] for i in picked)
+
+
 def sample_by_package(names: Sequence[str], k: int, rng: np.random.Generator) -> list[str]:
     """`k` distinct module names (all of them if there are fewer), sorted, drawn in rounds
     that take one module from each package (the first path component) in a random order:

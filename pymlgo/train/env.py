@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from pymlgo.corpus.sample import sample_by_package
+from pymlgo.corpus.sample import sample_by_package, sample_uniformly
 from pymlgo.ir2native.estimates import from_extra
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy
 from pymlgo.problems.inlining.problem import estimator_of
@@ -194,13 +194,9 @@ class TrainEnv:
 
     def sample_modules(self, rng: np.random.Generator, n: int) -> list[str]:
         """`n` distinct modules (all of them if there are fewer), in sorted order."""
-        names = self.names
         if self.sample_by == "package":
-            return sample_by_package(names, n, rng)
-        if n >= len(names):
-            return list(names)
-        picked = rng.choice(len(names), size=n, replace=False)
-        return sorted(names[i] for i in picked)
+            return sample_by_package(self.names, n, rng)
+        return sample_uniformly(self.names, n, rng)
 
     def run(
         self, members: Sequence[Policy], modules: Sequence[str], *, record: bool = False

@@ -55,7 +55,8 @@ def _demonstrations(episodes: list[Episode], vocab: Vocab, teacher: str) -> Demo
     if teacher == HeuristicPolicy().name:
         y = np.concatenate([inputs((DEFAULT_FEATURE,), e)[:, 0] for e in ok])
     else:
-        y = np.concatenate([_teacher_labels(builtin_policy(teacher), e) for e in ok])
+        rule = builtin_policy(teacher)
+        y = np.concatenate([_teacher_labels(rule, e) for e in ok])
     return Demonstrations(x=x, y=(y != 0).astype(np.float32))
 
 

@@ -51,6 +51,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pymlgo.corpus.format import Corpus
+from pymlgo.corpus.sample import sample_uniformly
 from pymlgo.corpus.split import Split, split_by_module, split_by_package
 from pymlgo.evaluate.baseline import baseline_results
 from pymlgo.evaluate.eval import corpus_jobs
@@ -416,11 +417,8 @@ TRAIN_CHECK_MODULES = 256
 def _train_check_names(names: Sequence[str], seed: int) -> list[str]:
     """The training modules an algorithm that compiles nothing (bc) is measured on after
     an iteration: all of them, or a seeded sample of TRAIN_CHECK_MODULES."""
-    if len(names) <= TRAIN_CHECK_MODULES:
-        return list(names)
     rng = np.random.default_rng(stream_seed(seed, STREAM_TRAIN_CHECK))
-    picked = rng.choice(len(names), TRAIN_CHECK_MODULES, replace=False)
-    return [names[i] for i in sorted(picked)]
+    return sample_uniformly(names, TRAIN_CHECK_MODULES, rng)
 
 
 def partial_reward_shaper(env: TrainEnv, model: IR2NativeModel,
