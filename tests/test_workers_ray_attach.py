@@ -4,12 +4,16 @@ needs. The errors are Ray Client's own, as recorded from a busy head (ray 2.60).
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from pymlgo.workers import ExecutorError
 from pymlgo.workers.ray_backend import (
     BUSY_HEAD_ENV,
     attach,
+    connect_unstuck,
     head_start_failure,
 )
 
@@ -88,3 +92,43 @@ def test_no_head_at_the_address_is_an_error_at_once():
                                             "ray client connection timeout"):
         attach(head.connect, head.disconnect, ADDRESS, attempts=3, pause_s=0)
     assert head.connects == 1 and head.disconnects == 1
+
+
+class StuckClient:
+    """Ray Client 2.60's order when it drops a failed connection: `closed` is set, then it
+    joins its log thread, whose stream ends only when the channel is closed, which Ray
+    does after that join; so the connect blocks until someone else closes the channel."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.channel = self
+        self.channel_closed = threading.Event()
+
+    def close(self) -> None:  # the channel's close
+        self.channel_closed.set()
+
+    def connect(self) -> None:
+        self.closed = True
+        if not self.channel_closed.wait(timeout=30):
+            raise AssertionError("nobody closed the channel")
+        raise SERVER_EXITED
+
+
+def test_a_connect_stuck_dropping_its_failed_client_gets_its_channel_closed_and_errs():
+    client = StuckClient()
+    with pytest.raises(ConnectionAbortedError):
+        connect_unstuck(client.connect, client_worker=lambda: client, grace_s=0.2,
+                        poll_s=0.05)
+    assert client.channel_closed.is_set()
+
+
+def test_a_slow_connect_that_is_not_closing_is_left_alone():
+    client = StuckClient()
+    connected = []
+
+    def slow_connect() -> None:
+        time.sleep(0.5)
+        connected.append(True)
+
+    connect_unstuck(slow_connect, client_worker=lambda: client, grace_s=0.1, poll_s=0.05)
+    assert connected and not client.channel_closed.is_set()

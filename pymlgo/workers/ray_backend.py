@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -49,6 +50,11 @@ _JOB_CACHE_BYTES = 2 << 30  # module bytes kept in the object store across runs
 ATTACH_ATTEMPTS = 3  # Ray Client attaches, when the head fails to start our server
 _ATTACH_PAUSE_S = 5.0
 _SERVER_INIT_FAILURE = "Initialization failure from server"  # Ray Client's text for it
+# Ray Client (2.60) drops a connection its head failed to set up by joining its log thread
+# first and closing the gRPC channel after: the log stream ends only when the channel
+# closes, so the join waits forever (seen right after a head restart). A client closed but
+# still connecting this long has its channel closed for it.
+STUCK_CLOSE_GRACE_S = 20.0
 # What a busy head's environment needs for Ray Client. Its proxy starts a server process
 # per driver and waits 30 s (Ray's default) for it to listen; on a loaded 2-core machine
 # that start took 34 s to minutes. Meanwhile the proxy's gRPC channel backs off (up to
@@ -120,7 +126,7 @@ def attach(
     naming the head's setting that a head too busy to start one in time needs."""
     for attempt in range(1, attempts + 1):
         try:
-            connect()
+            connect_unstuck(connect, client_worker=_client_worker)
             return
         except ConnectionError as exc:
             reason = head_start_failure(exc)
@@ -138,6 +144,49 @@ def attach(
                     "logs/ray_client_server*.err (in the head's Ray session directory) "
                     "say more") from exc
             time.sleep(pause_s * attempt)
+
+
+def _client_worker() -> object | None:
+    """Ray Client's connection object of the default context, if one is being made."""
+    from ray.util.client import ray as client
+
+    return getattr(client.get_context(), "client_worker", None)
+
+
+def connect_unstuck(
+    connect: Callable[[], object],
+    *,
+    client_worker: Callable[[], object | None],
+    grace_s: float = STUCK_CLOSE_GRACE_S,
+    poll_s: float = 0.5,
+) -> None:
+    """`connect()`, run in a thread while this one watches the client it makes: once that
+    client has been closed (a failed attempt being dropped) and `connect` has still not
+    returned after `grace_s`, its channel is closed, which ends the log stream Ray waits
+    on; `connect`'s own error then comes through (see STUCK_CLOSE_GRACE_S)."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            connect()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="ray-client-connect", daemon=True)
+    thread.start()
+    closed_since: float | None = None
+    while thread.is_alive():
+        thread.join(poll_s)
+        worker = client_worker()
+        if worker is None or not getattr(worker, "closed", False):
+            closed_since = None
+            continue
+        closed_since = closed_since if closed_since is not None else time.monotonic()
+        channel = getattr(worker, "channel", None)
+        if time.monotonic() - closed_since > grace_s and channel is not None:
+            channel.close()
+    if errors:
+        raise errors[0]
 
 
 def ship_code_env() -> dict[str, Any]:
