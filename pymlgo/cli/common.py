@@ -79,6 +79,16 @@ def resolve_corpus(spec: str, *, command_override: Sequence[str] | None = None,
                        clang=clang)
 
 
+def warn_about_relaxation(prog: str, corpus: Corpus) -> None:
+    """Say on stderr when modules are compiled with linker relaxation on: their sizes would
+    overstate what the linked program carries (see corpus/relaxation.py)."""
+    from pymlgo.corpus.relaxation import relaxation_warning, relaxing_modules
+
+    warning = relaxation_warning(relaxing_modules(corpus.modules))
+    if warning is not None:
+        print(f"{prog}: {warning}", file=sys.stderr)
+
+
 def size_metric(args: argparse.Namespace) -> str:
     """The metric `--size-metric` chose, or the default (the option itself defaults to None,
     so that `mlgo train` can tell it apart from its config file's)."""

@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     except (CompilerError, ValueError, OSError) as exc:
         print(f"mlgo eval: {exc}", file=sys.stderr)
         return 2
+    common.warn_about_relaxation("mlgo eval", corpus)
     jobs = corpus_jobs(corpus)
     spec = WorkSpec(problem=problem, clang=str(compiler.path) if not compiler.bundled
                     else None, timeout=args.timeout, memory_mb=args.memory_limit,

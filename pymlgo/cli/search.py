@@ -125,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
     except (CompilerError, ValueError, OSError) as exc:
         print(f"mlgo search: {exc}", file=sys.stderr)
         return 2
+    common.warn_about_relaxation("mlgo search", corpus)
     spec = WorkSpec(clang=None if compiler.bundled else str(compiler.path),
                     timeout=args.timeout, edits=flags.flag_edits(), size_metric=metric)
     settings: dict[str, object] = {"policy_spec": args.policy}

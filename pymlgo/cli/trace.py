@@ -151,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
     except (CompilerError, ValueError, OSError) as exc:
         print(f"mlgo trace: {exc}", file=sys.stderr)
         return 2
+    common.warn_about_relaxation("mlgo trace", corpus)
     jobs = corpus_jobs(corpus)
     spec = WorkSpec(
         problem=args.problem,

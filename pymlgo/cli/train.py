@@ -180,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
         override = config.compile.command_override
         corpus = common.resolve_corpus(args.corpus, clang=args.clang,
                                        command_override=override)
+        common.warn_about_relaxation("mlgo train", corpus)
         options = RunOptions(workers=workers, cluster=args.cluster, clang=args.clang,
                              timeout=args.timeout, tensorboard=args.tensorboard)
         result = train(config, corpus, args.output_dir, options=options)

@@ -79,6 +79,9 @@ _SEPARATE_VALUE = frozenset({
     "-iprefix", "-iwithprefix", "-iwithprefixbefore", "-D", "-U", "-I", "-fdebug-compilation-dir",
     "-fcoverage-compilation-dir", "-exception-model", "-fobjc-dispatch-method",
     "-mfpmath",
+    # RISC-V: the size limit of small-data globals, which stock clang writes for every
+    # riscv compile (zig does not)
+    "-msmall-data-limit",
 })  # fmt: skip
 
 # Output/input names of the original build; recompile_args drops them with their value.
