@@ -628,9 +628,13 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                       setup_dir, options=RunOptions(workers=args.workers, progress=False),
                       executor=executor)
             setup_minutes = (time.monotonic() - started) / 60
+            # bc itself does not start from the warm start (an untrained network then):
+            # reported only when an algorithm trains on from it
+            from_warm_start = False
             for name in algos:
                 config = _config(name, variants, args.seed, minutes, 0.0, traces,
                                  args.validation_by)
+                from_warm_start |= config.algo != "bc"
                 run_dir = fold_dir / _run_name(name)
                 run_dir.mkdir(parents=True, exist_ok=True)
                 if (config.setup_identity() == first.setup_identity()
@@ -646,7 +650,7 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
             policies: dict[str, Policy] = {}
             shared = _setup(setup_dir) if algos else None
             warm = _warm_start(shared)
-            if warm is not None:
+            if warm is not None and from_warm_start:
                 policies["bc"] = warm
             for name, res in runs.items():
                 # a variant with its own setup (other features, say) had its own warm start
