@@ -45,7 +45,8 @@ def traced_columns(corpus: Corpus, package: str, work: Path) -> dict[str, np.nda
         Path(f"{dest}.cmd").write_bytes(format_cmd(m.cmd))
     write_corpus_description(sub, [m.name for m in modules])
     subprocess.run([sys.executable, "-m", "pymlgo.cli.main", "trace", "--corpus", str(sub),
-                    "--policy", "default", "--output_dir", str(work / "trace")], check=True)
+                    "--policy", "default", "--output_dir", str(work / "trace")], check=True,
+                   stdout=sys.stderr)  # this benchmark's stdout is its JSON alone
     return trace_columns(work / "trace")
 
 
