@@ -10,6 +10,7 @@ what it cannot do right (recording trajectories) with a message that says why.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pymlgo.cli.common import resolve_corpus
 from pymlgo.corpus.capture import capture
+from pymlgo.corpus.demo import INFO_FILE, ensure_demo_corpus
 from pymlgo.corpus.format import load_corpus
 from pymlgo.evaluate.eval import corpus_jobs
 from pymlgo.problems.base import CompileJob, Decide
@@ -185,6 +188,25 @@ def test_eval_default_on_debian_clang_19_matches_plain_oz(clang19_corpus: Path) 
     assert res.returncode == 0, res.stderr
     total = [ln for ln in res.stdout.splitlines() if ln.lower().startswith("total")]
     assert total and "+0.00%" in total[0], res.stdout
+
+
+def test_the_demo_corpus_for_another_clang_is_built_by_that_clang() -> None:
+    """clang 19 cannot compile the bundled clang 22's demo modules (their cc1 commands hold
+    flags it does not know: "unknown argument: '-fdwarf2-cfi-asm'"): `--corpus demo` with
+    `--clang clang-19` must get the demo corpus built by clang-19 (cached per version)."""
+    if shutil.which("/usr/bin/clang-19") is None:
+        pytest.skip("Debian's clang-19 is not installed (apt-get install clang-19)")
+    compiler = find_compiler("/usr/bin/clang-19")
+
+    corpus = resolve_corpus("demo", clang="/usr/bin/clang-19")
+
+    bundled = ensure_demo_corpus(progress=False)
+    info = json.loads((corpus.root / INFO_FILE).read_text())
+    assert info["compiler"] == compiler.version and corpus.root != bundled
+    assert len(corpus) == len(load_corpus(bundled))
+    job, = corpus_jobs(corpus, ["lz4/lz4libs/xxhash"])
+    res = inl.compile_baseline(compiler, job)
+    assert res.error is None and res.size
 
 
 def test_trace_on_debian_clang_19_is_refused_in_one_line(clang19_corpus: Path,

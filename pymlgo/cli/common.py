@@ -64,17 +64,18 @@ ALLOW_FLAGS_ENV = "MLGO_ALLOW_FLAGS"
 
 def resolve_corpus(spec: str, *, command_override: Sequence[str] | None = None,
                    clang: str | None = None) -> Corpus:
-    """Load the corpus at `spec` (or the demo one). $MLGO_ALLOW_FLAGS (space-separated)
-    accepts cc1 flags outside the corpus flag allowlist that the user has checked.
-    `command_override` replaces every module's command (driver flags are translated with
-    `clang`, default: $MLGO_CLANG or the bundled one)."""
+    """Load the corpus at `spec` (or the demo one, built by `clang`: another clang
+    cannot compile the bundled one's modules). $MLGO_ALLOW_FLAGS (space-separated) accepts cc1 flags
+    outside the corpus flag allowlist that the user has checked. `command_override` replaces
+    every module's command (driver flags are translated with `clang`, default: $MLGO_CLANG
+    or the bundled one)."""
     allow = os.environ.get(ALLOW_FLAGS_ENV, "").split()
     root: str | Path = spec
     name, _, target = spec.partition(":")
     if name == DEMO_CORPUS and not Path(spec).exists():
         from pymlgo.corpus.demo import HOST_DEMO, ensure_demo_corpus
 
-        root = ensure_demo_corpus(target=target or HOST_DEMO)
+        root = ensure_demo_corpus(target=target or HOST_DEMO, clang=clang)
     return load_corpus(root, allow_flags=allow, command_override=command_override,
                        clang=clang)
 

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.output_dir
     try:
         compiler = find_compiler(args.clang)
-        corpus = load_corpus(ensure_demo_corpus())
+        corpus = load_corpus(ensure_demo_corpus(clang=args.clang))
         config = demo_config(args.algo, args.seed, args.minutes)
         workers = common.default_workers(args.workers) if args.cluster is None else args.workers
         options = RunOptions(workers=workers, cluster=args.cluster, clang=args.clang,

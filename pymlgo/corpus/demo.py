@@ -6,8 +6,9 @@ builds the C libraries (not the Python bindings) with a generated Makefile throu
 `capture` path users run on their own projects (fixed target, -Oz, embedded bitcode), and
 caches the corpus: the first call takes about a minute, later calls return at once.
 
-The corpus is built for x86-64 by default, or for one of `DEMO_TARGETS` (AArch64, RISC-V 64,
-32-bit Arm in Thumb-2, a Cortex-M4 with no operating system), each cached on its own. The
+The corpus is built by the bundled clang or another one (`clang`), for x86-64 by default or
+for one of `DEMO_TARGETS` (AArch64, RISC-V 64, 32-bit Arm in Thumb-2, a Cortex-M4 with no
+operating system), each compiler version and target cached on its own. The
 bare-metal target has no C library: its corpus holds the units that compile freestanding
 (`FREESTANDING_UNITS`), not all of them.
 
@@ -474,16 +475,19 @@ def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True,
 
 
 def ensure_demo_corpus(out_dir: Path | None = None, *, progress: bool = True,
-                       target: DemoTarget | str = HOST_DEMO) -> Path:
-    """The demo corpus directory for `target` (a DemoTarget or its name), built and cached
-    on first use.
+                       target: DemoTarget | str = HOST_DEMO,
+                       clang: str | os.PathLike[str] | None = None) -> Path:
+    """The demo corpus directory for `target` (a DemoTarget or its name), built with `clang`
+    (as --clang: None is $MLGO_CLANG or the bundled one) and cached on first use.
 
-    With `out_dir`, the cached corpus is copied there (an existing copy is reused) and
-    `out_dir` is returned; without, the cache directory itself is returned (read-only use).
+    The cache is kept per compiler version: a module's cc1 command holds its compiler's
+    flags, and an older clang cannot read a newer one's bitcode. With `out_dir`, the cached
+    corpus is copied there (an existing copy is reused) and `out_dir` is returned; without,
+    the cache directory itself is returned (read-only use).
     """
     if isinstance(target, str):
         target = demo_target(target)
-    compiler = find_compiler()
+    compiler = find_compiler(clang)
     cache = demo_cache_dir(compiler, target)
     if not _is_demo_corpus(cache):
         with _locked(cache_root() / ".demo.lock"):
