@@ -1,7 +1,7 @@
 """Which modules are compiled for linker relaxation, whose object bytes overstate the linked.
 
-With relaxation on (RISC-V and LoongArch: clang's `-mrelax`, its default for stock builds;
-zig turns it off), a call is emitted as a full `auipc`+`jalr` pair with an `R_*_RELAX`
+With relaxation on (`-mrelax`: stock clang's default for RISC-V, which zig turns off; also
+LoongArch's), a call is emitted as a full `auipc`+`jalr` pair with an `R_*_RELAX`
 relocation, and the linker shrinks it to one instruction when the target is near. The
 object then counts 8 bytes for a call the program carries in 4, so every size pymlgo
 measures would favour removing calls, i.e. inlining. The cure is a build with relaxation
