@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -39,25 +38,9 @@ from pymlgo.protocol.features import FeatureMismatchError  # noqa: E402
 from pymlgo.toolchain.compiler import CompilerError, find_compiler  # noqa: E402
 from pymlgo.workers import make_executor  # noqa: E402
 from pymlgo.workers.protocol import WorkSpec  # noqa: E402
-from tests.compilers import MATRIX, MatrixEntry, compilers_dir  # noqa: E402
+from tests.compilers import MATRIX, MatrixEntry, clang_for  # noqa: E402
 
 POLICIES = ("default", "never", "pretrained:inlining-oz")
-
-
-def installed_clang(entry: MatrixEntry) -> str | None:
-    """--clang for `entry` (None: the bundled one); RuntimeError saying how to install it
-    when it is missing (this benchmark downloads no compiler)."""
-    if entry.zig_release is not None:
-        zig = compilers_dir() / f"ziglang-{entry.zig_release}" / "ziglang" / "zig"
-        if not zig.is_file():
-            raise RuntimeError(f"{zig} is missing (python -m tests.compilers fetches it)")
-        return str(zig)
-    if entry.apt_path is not None:
-        if shutil.which(entry.apt_path) is None:
-            raise RuntimeError(f"{entry.apt_path} is not installed "
-                               f"(apt-get install {Path(entry.apt_path).name})")
-        return entry.apt_path
-    return None
 
 
 def _percent(change: float) -> float:
@@ -85,7 +68,7 @@ def policy_summary(report: EvalReport) -> dict[str, Any]:
 def compiler_report(entry: MatrixEntry, workers: int) -> dict[str, Any]:
     out: dict[str, Any] = {"name": entry.name, "major": entry.major}
     try:
-        clang = installed_clang(entry)
+        clang = clang_for(entry, fetch=False)  # this benchmark downloads no compiler
         compiler = find_compiler(clang)
     except (RuntimeError, CompilerError) as exc:
         return {**out, "skipped": str(exc)}

@@ -48,12 +48,17 @@ def compilers_dir() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "pymlgo-test-compilers"
 
 
+def zig_path(release: str) -> Path:
+    """Where the `zig` of ziglang==`release` is unpacked (it may not be there yet)."""
+    return compilers_dir() / f"ziglang-{release}" / "ziglang" / "zig"
+
+
 def zig_binary(release: str) -> Path:
     """The `zig` of ziglang==`release`, downloaded and unpacked on first use.
 
     Raises RuntimeError (with pip's last words) when it cannot be had, e.g. offline."""
-    home = compilers_dir() / f"ziglang-{release}"
-    zig = home / "ziglang" / "zig"
+    zig = zig_path(release)
+    home = zig.parent.parent
     if zig.is_file():
         return zig
     compilers_dir().mkdir(parents=True, exist_ok=True)
@@ -79,9 +84,13 @@ def zig_binary(release: str) -> Path:
     return zig
 
 
-def clang_for(entry: MatrixEntry) -> str | None:
-    """--clang for `entry` (None: the bundled compiler); RuntimeError if not available."""
+def clang_for(entry: MatrixEntry, *, fetch: bool = True) -> str | None:
+    """--clang for `entry` (None: the bundled compiler); RuntimeError if not available.
+    Without `fetch`, a zig not yet unpacked is not downloaded either: RuntimeError."""
     if entry.zig_release is not None:
+        if not fetch and not zig_path(entry.zig_release).is_file():
+            raise RuntimeError(f"{zig_path(entry.zig_release)} is missing "
+                               f"(python -m tests.compilers fetches it)")
         return str(zig_binary(entry.zig_release))
     if entry.apt_path is not None:
         if shutil.which(entry.apt_path) is None:
