@@ -155,8 +155,27 @@ def test_load_policy_reads_pretrained_package_data(tmp_path, monkeypatch):
     save_policy(make_policy(), tmp_path / "size-v1")
     policy = load_policy("pretrained:size-v1")
     assert isinstance(policy, InliningPolicy) and policy.name == "pretrained:size-v1"
-    with pytest.raises(PolicyLoadError, match=r"'nope' \(available: pretrained:size-v1\)"):
+    with pytest.raises(PolicyLoadError,
+                       match=r"'nope' of this problem \(available: pretrained:size-v1\)"):
         load_policy("pretrained:nope")
+
+
+def test_each_problem_is_offered_only_the_pretrained_policies_of_its_own_format(
+        tmp_path, monkeypatch):
+    from pymlgo.policy import regalloc
+
+    monkeypatch.setattr(store, "pretrained_root", lambda: tmp_path)
+    save_policy(make_policy(), tmp_path / "size-v1")
+    regalloc.save_policy(regalloc.initial_policy(seed=3), tmp_path / "evict-v1")
+
+    evict = load_policy("pretrained:evict-v1", problem="regalloc-evict")
+    assert isinstance(evict, regalloc.EvictionPolicy) and evict.name == "pretrained:evict-v1"
+    with pytest.raises(PolicyLoadError, match=r"available: pretrained:size-v1\)"):
+        load_policy("pretrained:evict-v1")  # inlining
+    with pytest.raises(PolicyLoadError, match=r"available: pretrained:evict-v1\)"):
+        load_policy("pretrained:size-v1", problem="regalloc-evict")
+    with pytest.raises(PolicyLoadError, match="not a policy of --problem regalloc-priority"):
+        load_policy("pretrained:evict-v1", problem="regalloc-priority")
 
 
 def test_missing_pretrained_policy_lists_what_is_there(tmp_path, monkeypatch):

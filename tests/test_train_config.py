@@ -93,6 +93,13 @@ def test_command_line_flags_override_the_config_file(tmp_path):
     assert cfg.warmstart == ""
 
 
+def test_no_warm_start_is_spelled_none_in_a_file_as_on_the_command_line(tmp_path):
+    path = write(tmp_path, 'algo = "es"\nproblem = "regalloc-evict"\nwarmstart = "none"')
+    assert load_config(path).warmstart == ""
+    assert config_from_args(parse_train("--config", str(path))).warmstart == ""
+    assert make_config(algo="es", warmstart="none").warmstart == ""
+
+
 def test_algo_must_come_from_the_flag_or_the_file(tmp_path):
     with pytest.raises(ConfigError, match="--algo"):
         config_from_args(parse_train())

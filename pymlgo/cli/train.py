@@ -122,7 +122,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     if args.time_budget is not None:
         data["time_budget_minutes"] = args.time_budget
     if args.warmstart is not None:
-        data["warmstart"] = "" if args.warmstart == "none" else args.warmstart
+        data["warmstart"] = args.warmstart
     if args.partial_rewards is not None:
         data["partial_rewards"] = args.partial_rewards
     if args.ir2native_model is not None:
@@ -160,7 +160,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     if "algo" not in data:
         raise cfg.ConfigError("give --algo {bc,ppo,es,dqn,il} (or a --config file that sets algo)")
     try:
-        return cfg.from_dict(cfg.TrainConfig, data)  # type: ignore[no-any-return]
+        return cfg.make_config(**data)
     except cfg.ConfigError as exc:
         raise cfg.ConfigError(f"{args.config}: {exc}" if args.config else str(exc)) from exc
 

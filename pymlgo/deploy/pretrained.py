@@ -1,16 +1,17 @@
-"""Regenerate the shipped pretrained policy (`pretrained:inlining-oz`) byte for byte.
+"""Regenerate a shipped pretrained policy (`pretrained:inlining-oz`,
+`pretrained:regalloc-evict`) byte for byte.
 
-    python -m pymlgo.deploy.pretrained --output_dir out/pretrained-inlining-oz \
+    python -m pymlgo.deploy.pretrained [--name NAME] --output_dir out/pretrained-NAME \
         [--traces T]
 
 snapshots the corpora of `configs/pretrained-inlining-oz.corpus` (the demo corpus and the
-Debian packages it names) into OUT/corpus, runs `mlgo train --config
-configs/pretrained-inlining-oz.toml --corpus OUT/corpus --output_dir OUT/train`, then copies
-`OUT/train/best/{policy.json,weights.npz,vocab.json}`
-into `pymlgo/policy/pretrained/inlining-oz/`, then an evaluation of that policy on the
-training and held-out modules of the same split (`OUT/numbers.json`, the README's numbers).
-Training is deterministic for a seed and a budget in iterations (not minutes), and saving is
-byte-deterministic, so the same config, corpus and compiler give the same bytes.
+Debian packages it names; both policies train on it) into OUT/corpus, runs `mlgo train
+--config configs/pretrained-NAME.toml --corpus OUT/corpus --output_dir OUT/train`, then copies
+the saved policy of `OUT/train/best` into `pymlgo/policy/pretrained/NAME/`, then an
+evaluation of that policy on the training, validation and held-out modules of the same split
+(`OUT/numbers.json`, the README's numbers). Training is deterministic for a seed and a
+budget in iterations (not minutes), and saving is byte-deterministic, so the same config,
+corpus and compiler give the same bytes.
 """
 
 from __future__ import annotations
@@ -27,17 +28,19 @@ from typing import Any
 
 from pymlgo.policy.store import POLICY_FILE, VOCAB_FILE, WEIGHTS_FILE, pretrained_root
 
-NAME = "inlining-oz"
-CONFIG_NAME = "configs/pretrained-inlining-oz.toml"
-CORPUS_LIST_NAME = "configs/pretrained-inlining-oz.corpus"
+NAMES = ("inlining-oz", "regalloc-evict")  # each has configs/pretrained-NAME.toml
+NAME = NAMES[0]
+CORPUS_LIST_NAME = "configs/pretrained-inlining-oz.corpus"  # the one broad corpus of both
+# the files a saved policy may have: an inlining policy all three, a regalloc one policy.json
 POLICY_FILES = (POLICY_FILE, WEIGHTS_FILE, VOCAB_FILE)
 NUMBERS_FILE = "numbers.json"
 BIG_MODULE_BYTES = 65536  # issue 24's bucket: no held-out module this big may grow > 0.5%
 
 
-def repo_config() -> Path:
-    """The config file in a source checkout (the package itself does not ship it)."""
-    return Path(__file__).resolve().parents[2] / CONFIG_NAME
+def repo_config(name: str = NAME) -> Path:
+    """The config of shipped policy `name` in a source checkout (the package itself does not
+    ship it)."""
+    return Path(__file__).resolve().parents[2] / "configs" / f"pretrained-{name}.toml"
 
 
 def repo_corpus_list() -> Path:
@@ -46,14 +49,14 @@ def repo_corpus_list() -> Path:
 
 
 def install_policy(source: Path, dest: Path) -> None:
-    """Copy a saved policy's three files into `dest`, replacing it only once complete."""
-    missing = [f for f in POLICY_FILES if not (source / f).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{source}: not a saved policy (missing {', '.join(missing)})")
+    """Copy a saved policy's files into `dest`, replacing it only once complete."""
+    if not (source / POLICY_FILE).is_file():
+        raise FileNotFoundError(f"{source}: not a saved policy (missing {POLICY_FILE})")
+    files = [f for f in POLICY_FILES if (source / f).is_file()]
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
-        for f in POLICY_FILES:
+        for f in files:
             shutil.copyfile(source / f, staging / f)
             (staging / f).chmod(0o644)
         staging.chmod(0o755)
@@ -108,13 +111,15 @@ def train_command(config: Path, corpus: str, train_dir: Path, workers: int | Non
 
 def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
                    workers: int | None) -> dict[str, Any]:
-    """Size change vs -Oz of the policy on the training, validation and held-out modules of
-    the split the training run used (a function of the config's seed, fractions and held-out
-    packages): totals, by section group and metric, by module-size bucket, by package, the
-    worst package and the big module (>= 64 KiB at -Oz) the policy grew most."""
+    """The policy against its problem's baseline (inlining: -Oz; regalloc: the stock
+    advisor) on the training, validation and held-out modules of the split the training
+    run used (a function of the config's seed, fractions and held-out packages): totals, by
+    section group and metric, by module-size bucket, by package, the worst package, the big
+    module (>= 64 KiB at the baseline) the policy grew most, and the problem's own measures
+    (regalloc: the weighted spill/reload/copy cost) in total and per package."""
     from pymlgo.cli import common
     from pymlgo.evaluate.eval import corpus_jobs, evaluate
-    from pymlgo.policy.store import load_policy_dir
+    from pymlgo.policy.store import load_policy
     from pymlgo.toolchain.compiler import find_compiler
     from pymlgo.train import config as cfg
     from pymlgo.train.trainer import make_split
@@ -124,9 +129,10 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
     corpus = common.resolve_corpus(corpus_spec)
     split = make_split(config, corpus)
     compiler = find_compiler(None)
-    policy = load_policy_dir(policy_dir)
-    out: dict[str, Any] = {"compiler": compiler.describe(), "size_metric": config.size_metric}
-    spec = WorkSpec(size_metric=config.size_metric)
+    policy = load_policy(str(policy_dir), problem=config.problem)
+    out: dict[str, Any] = {"compiler": compiler.describe(), "problem": config.problem,
+                           "size_metric": config.size_metric}
+    spec = WorkSpec(problem=config.problem, size_metric=config.size_metric)
     with make_executor(None, common.default_workers(workers)) as ex:
         for name, modules in (("train", split.train), ("validation", split.validation),
                               ("heldout", split.heldout)):
@@ -134,6 +140,7 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
             packages = rep.by_package()
             worst = max(packages, key=lambda k: packages[k]["change"], default=None)
             big = rep.largest_growth(BIG_MODULE_BYTES)
+            total = rep.to_json()["total"]
             out[name] = {"modules": len(rep.ok_modules), "baseline_bytes": rep.baseline_total,
                          "policy_bytes": rep.policy_total, "change": rep.change,
                          "by_metric": rep.by_metric(), "by_group": rep.by_group(),
@@ -144,19 +151,41 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
                              "module": big.name, "baseline_bytes": big.baseline_bytes,
                              "policy_bytes": big.policy_bytes,
                              "change": big.change}}
+            for m in rep.measures:
+                out[name][m.field] = {k: total[f"{k}_{m.field}"] for k in ("baseline",
+                                                                           "policy")}
+                out[name][f"{m.field}_change"] = total[f"{m.field}_change"]
+                out[name][f"{m.field}_by_package"] = _measure_by_package(rep, m)
     return out
+
+
+def _measure_by_package(rep: Any, measure: Any) -> dict[str, dict[str, float]]:
+    """Per package: the problem's measure summed at the baseline and with the policy."""
+    sums: dict[str, list[float]] = {}
+    for row in rep.ok_modules:
+        base, pol = row.measured(measure)
+        acc = sums.setdefault(row.name.split("/", 1)[0], [0.0, 0.0])
+        acc[0] += base or 0.0
+        acc[1] += pol or 0.0
+    return {pkg: {"baseline": b, "policy": p, "change": p / b - 1.0 if b else 0.0}
+            for pkg, (b, p) in sorted(sums.items())}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m pymlgo.deploy.pretrained",
-        description="Regenerate pymlgo/policy/pretrained/inlining-oz: train with the pinned "
-        "config, install train/best, and measure it on the training and held-out modules.",
+        description="Regenerate a shipped policy, pymlgo/policy/pretrained/NAME: train with "
+        "its pinned config, install train/best, and measure it on the training, validation "
+        "and held-out modules.",
     )
+    p.add_argument("--name", choices=NAMES, default=NAME,
+                   help="which shipped policy (its config is configs/pretrained-NAME.toml; "
+                   f"default: {NAME})")
     p.add_argument("--output_dir", "--output-dir", dest="output_dir", type=Path, required=True,
                    metavar="DIR", help="run directory (DIR/train is the `mlgo train` output)")
     p.add_argument("--config", type=Path, default=None,
-                   help=f"training config (default: {CONFIG_NAME} of this checkout)")
+                   help="training config (default: configs/pretrained-NAME.toml of this "
+                   "checkout)")
     p.add_argument("--corpus", action="append", default=None, metavar="[PREFIX=]DIR|demo",
                    help="corpus; given more than once, the corpora are frozen into one with "
                    "`mlgo corpus snapshot` at DIR/corpus first (kept for reruns)")
@@ -165,20 +194,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                    f"added after any --corpus (with neither: {CORPUS_LIST_NAME} of this "
                    "checkout, the shipped policy's)")
     p.add_argument("--install-to", dest="install_to", type=Path, default=None, metavar="DIR",
-                   help=f"where the policy goes (default: the package's pretrained/{NAME})")
+                   help="where the policy goes (default: the package's pretrained/NAME)")
     p.add_argument("--no-eval", dest="evaluate", action="store_false",
                    help="skip measuring the installed policy")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="compile workers (does not change the result)")
     p.add_argument("--traces", type=Path, default=None, metavar="DIR",
-                   help="clang's -Oz decisions on this corpus, traced before (`mlgo trace "
-                   "--policy default`, or a policy_quality run's OUTPUT/trace): read instead "
-                   "of recorded again; does not change the result")
+                   help="inlining only: clang's -Oz decisions on this corpus, traced before "
+                   "(`mlgo trace --policy default`, or a policy_quality run's OUTPUT/trace): "
+                   "read instead of recorded again; does not change the result")
     args = p.parse_args(argv)
 
     from pymlgo.cli.main import main as mlgo
 
-    config = args.config or repo_config()
+    config = args.config or repo_config(args.name)
     if not config.is_file():
         print(f"pretrained: config {config} not found (pass --config)", file=sys.stderr)
         return 2
@@ -196,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rc = mlgo(train_command(config, corpus, train_dir, args.workers, args.traces))
     if rc != 0:
         return rc
-    dest = args.install_to or pretrained_root() / NAME
+    dest = args.install_to or pretrained_root() / args.name
     install_policy(train_dir / "best", dest)
     print(f"installed {train_dir / 'best'} -> {dest}")
     if args.evaluate:

@@ -34,7 +34,7 @@ import numpy as np
 from pymlgo.policy.mlp import MLPParams, SkipMLP, init_mlp
 from pymlgo.policy.priority import INPUT_NAMES as PRIORITY_INPUTS
 from pymlgo.policy.priority import PriorityNetwork, PriorityPolicy
-from pymlgo.policy.store import PolicyLoadError
+from pymlgo.policy.store import PRETRAINED_PREFIX, PolicyLoadError, pretrained_dir
 from pymlgo.problems.base import Policy, Problem
 from pymlgo.problems.inlining.policies import module_seed
 from pymlgo.problems.regalloc.advice import ADVISORS, MASK_FEATURE, Advisor
@@ -330,7 +330,8 @@ def _load_advisor(directory: Path, kind: type[_P], what: str) -> _P:
 
 
 def load_spec(spec: str, *, seed: int = 0, problem: Problem | None = None) -> Policy:
-    """A built-in regalloc policy name, or a saved policy directory (named as `spec`): the
+    """A built-in regalloc policy name, `pretrained:NAME` (a shipped policy of the regalloc
+    format) or a saved policy directory (named as `spec`): the
     regalloc problems' policy codec (`Problem.policy_codec`). For `regalloc-priority`,
     `default`, `random[:SEED]` and `size` name its priority policies."""
     advisor = problem.advisor if isinstance(problem, RegallocProblem) else None
@@ -340,9 +341,13 @@ def load_spec(spec: str, *, seed: int = 0, problem: Problem | None = None) -> Po
     try:
         policy = builtin_policy(spec, seed=seed)
     except ValueError as exc:
-        if not Path(spec).is_dir():
+        if spec.startswith(PRETRAINED_PREFIX):
+            directory = pretrained_dir(spec, POLICY_FORMAT)
+            policy = dataclasses.replace(load_saved_policy(directory), name=spec, seed=seed)
+        elif not Path(spec).is_dir():
             raise RegallocPolicyError(f"{exc} (and no directory {spec!r} exists)") from None
-        policy = dataclasses.replace(load_saved_policy(Path(spec)), name=spec, seed=seed)
+        else:
+            policy = dataclasses.replace(load_saved_policy(Path(spec)), name=spec, seed=seed)
     answers = getattr(policy, "advisor", "evict")
     if advisor is not None and answers != advisor:
         assert problem is not None

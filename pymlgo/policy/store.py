@@ -282,11 +282,32 @@ def pretrained_root() -> Path:
     return Path(__file__).resolve().parent / "pretrained"
 
 
-def available_pretrained() -> list[str]:
+def available_pretrained(policy_format: str = POLICY_FORMAT) -> list[str]:
+    """The shipped policies saved in `policy_format` (each problem's codec has its own, so
+    `pretrained:NAME` of one problem is never offered to another)."""
     root = pretrained_root()
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / POLICY_FILE).is_file())
+    return sorted(p.name for p in root.iterdir() if _format_of(p / POLICY_FILE) == policy_format)
+
+
+def _format_of(path: Path) -> str | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc.get("format") if isinstance(doc, dict) else None
+
+
+def pretrained_dir(spec: str, policy_format: str = POLICY_FORMAT) -> Path:
+    """The directory of `pretrained:NAME` among the shipped policies of `policy_format`."""
+    name = spec.removeprefix(PRETRAINED_PREFIX)
+    available = available_pretrained(policy_format)
+    if name not in available:
+        listing = ", ".join(f"{PRETRAINED_PREFIX}{n}" for n in available) or "none installed"
+        raise PolicyLoadError(f"no pretrained policy {name!r} of this problem "
+                              f"(available: {listing})")
+    return pretrained_root() / name
 
 
 def load_policy(spec: str, *, problem: Problem | str = DEFAULT, seed: int = 0) -> Policy:
@@ -307,12 +328,7 @@ def load_spec(spec: str, *, seed: int = 0, problem: Problem | None = None) -> Po
     Built-in names win over a directory of the same name: write `./default` for that.
     """
     if spec.startswith(PRETRAINED_PREFIX):
-        name = spec[len(PRETRAINED_PREFIX) :]
-        available = available_pretrained()
-        if name not in available:
-            listing = ", ".join(f"{PRETRAINED_PREFIX}{n}" for n in available) or "none installed"
-            raise PolicyLoadError(f"no pretrained policy {name!r} (available: {listing})")
-        return _named(load_policy_dir(pretrained_root() / name), spec, seed)
+        return _named(load_policy_dir(pretrained_dir(spec)), spec, seed)
     try:
         return builtin_policy(spec, seed=seed)
     except ValueError as exc:

@@ -277,7 +277,8 @@ class TrainConfig:
     # stop after this many iterations and/or minutes; neither given: DEFAULT_ITERATIONS
     iterations: int | None = None
     time_budget_minutes: float | None = None
-    # "bc": behaviour-clone clang's heuristic first; "" for none; or a saved MLP policy as
+    # "bc": behaviour-clone clang's heuristic first; "" (or "none", as the CLI spells it)
+    # for none; or a saved MLP policy as
     # `--policy` takes it (a directory or pretrained:NAME)
     warmstart: str = "bc"
     # a directory written by `mlgo vocab`: the feature normalization of a new network
@@ -579,7 +580,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 def load_config(path: str | Path, **overrides: Any) -> TrainConfig:
     """Read a TOML config; `overrides` (e.g. from the command line) replace its top-level keys."""
-    data = read_toml(path) | overrides
+    data = _spelled_out(read_toml(path) | overrides)
     try:
         return from_dict(TrainConfig, data)
     except ConfigError as exc:
@@ -588,4 +589,12 @@ def load_config(path: str | Path, **overrides: Any) -> TrainConfig:
 
 def make_config(**values: Any) -> TrainConfig:
     """A TrainConfig from plain values (nested configs as dicts), with the same checks."""
-    return from_dict(TrainConfig, values)
+    return from_dict(TrainConfig, _spelled_out(values))
+
+
+def _spelled_out(data: Mapping[str, Any]) -> dict[str, Any]:
+    """`warmstart = "none"` means no warm start in a file as on the command line."""
+    data = dict(data)
+    if data.get("warmstart") == "none":
+        data["warmstart"] = ""
+    return data
