@@ -93,6 +93,13 @@ def test_command_line_flags_override_the_config_file(tmp_path):
     assert cfg.warmstart == ""
 
 
+def test_an_inlining_trace_serves_the_setup_of_any_algorithm_and_warm_start():
+    # its setup always needs clang's decisions (which modules have any; the vocab or the
+    # warm start's feature check), so a trace saves recording them whatever is trained
+    assert make_config(algo="es", warmstart="pretrained:inlining-oz", traces="t").traces == "t"
+    assert make_config(algo="ppo", warmstart="", traces="t").traces == "t"
+
+
 def test_no_warm_start_is_spelled_none_in_a_file_as_on_the_command_line(tmp_path):
     path = write(tmp_path, 'algo = "es"\nproblem = "regalloc-evict"\nwarmstart = "none"')
     assert load_config(path).warmstart == ""
@@ -153,8 +160,8 @@ def test_config_keys_that_would_do_nothing_are_errors():
         make_config(vocab="v", policy={"quantiles": 10})
     with pytest.raises(ConfigError, match="not both"):
         make_config(vocab="v", warmstart="pretrained:inlining-oz")
-    with pytest.raises(ConfigError, match="traces are only used for behaviour cloning"):
-        make_config(algo="es", warmstart="", traces="t")
+    with pytest.raises(ConfigError, match="traces are only used by behaviour cloning"):
+        make_config(algo="es", problem="regalloc-evict", warmstart="", traces="t")
     with pytest.raises(ConfigError, match=r"\[old, new\] pairs"):
         make_config(compile={"replace_flags": [["a", "b", "c"]]})
 

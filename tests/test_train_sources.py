@@ -204,6 +204,19 @@ def test_policy_keys_that_disagree_with_the_warm_start_are_an_error(
     assert expected in message
 
 
+def test_es_from_a_saved_policy_reads_clangs_decisions_from_a_trace_instead_of_recording(
+    pipeline, tmp_path
+):
+    config = tmp_path / "es.toml"
+    config.write_text(BC_CONFIG.replace('algo = "bc"', 'algo = "es"')
+                      + "[es]\npopulation = 1\nmodules_per_iteration = 1\n")
+    code, err = train(pipeline, tmp_path / "run", "--warmstart", str(pipeline.recorded / "final"),
+                      "--traces", str(pipeline.trace), config=config)
+    assert code == 0, err
+    assert f"from {pipeline.trace}" in err and "recording" not in err
+    assert (tmp_path / "run" / "final" / "weights.npz").is_file()
+
+
 def test_a_warm_start_must_be_a_saved_policy(pipeline, tmp_path):
     message = refused(pipeline, tmp_path / "run", "--warmstart", "default")
     assert "not a saved MLP policy" in message and "warmstart = 'bc'" in message

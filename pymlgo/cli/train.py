@@ -72,9 +72,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "and always compiles with it; its sha256 is part of the run, so resuming "
                    "with another file is refused")
     p.add_argument("--traces", default=None, metavar="DIR",
-                   help="behaviour-clone clang's decisions from DIR, written by `mlgo trace "
-                   "--policy default` on this corpus with the same compiler and flags, "
-                   "instead of recording them again (used by --algo bc and --warmstart bc)")
+                   help="clang's decisions from DIR, written by `mlgo trace --policy "
+                   "default` on this corpus with the same compiler and flags, instead of "
+                   "recording them again at setup (inlining: any algorithm and warm start, "
+                   "for the vocab, the bc warm start or teacher, and which modules have "
+                   "decisions; regalloc: --algo bc only)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
                    help="TOML file with TrainConfig fields (top-level keys such as seed, "
                    "warmstart, vocab, traces; tables [split], [policy], [compile], [bc], "

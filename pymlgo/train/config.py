@@ -283,8 +283,8 @@ class TrainConfig:
     warmstart: str = "bc"
     # a directory written by `mlgo vocab`: the feature normalization of a new network
     vocab: str = ""
-    # a directory written by `mlgo trace --policy default` on this corpus: clang's decisions
-    # to behaviour-clone, instead of recording them again
+    # a directory written by `mlgo trace --policy default` on this corpus: clang's decisions,
+    # read instead of recorded again at setup (inlining: every run's setup; others: bc's)
     traces: str = ""
     eval_every: int = 1  # validation compile every N iterations (and after the last)
     # training batches: "module" (uniform over modules) or "package" (each package equally
@@ -374,9 +374,6 @@ class TrainConfig:
         if self.bc.teacher != BCConfig().teacher and self.warmstart != "bc" and (
                 self.algo != "bc"):
             raise ConfigError("bc.teacher is only used for behaviour cloning: with algo = "
-                              "'bc' or warmstart = 'bc'")
-        if self.traces and self.warmstart != "bc" and self.algo != "bc":
-            raise ConfigError("traces are only used for behaviour cloning: with algo = "
                               "'bc' or warmstart = 'bc'")
         from pymlgo.train.hooks import training_of  # the hooks read this module's types
 

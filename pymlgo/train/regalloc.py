@@ -115,6 +115,9 @@ class RegallocTraining:
         if config.policy.differences is not None:
             raise ConfigError(f"policy.differences (derived quantile inputs) applies to "
                               f"problem 'inlining' only, not {name!r}")
+        if config.traces and config.algo != "bc":
+            raise ConfigError(f"traces are only used by behaviour cloning (algo = 'bc') for "
+                              f"{name!r}: its setup records no decisions otherwise")
         if config.bc.teacher != BCConfig().teacher:
             raise ConfigError(f"bc.teacher applies to problem 'inlining' only: {name!r} "
                               f"clones the policy its trace recorded")
