@@ -16,6 +16,12 @@ change <= -2 %. Stop 13's run used these ES settings (ra-es.toml):
     mlgo train --problem regalloc --algo es --config ra-es.toml --output_dir /tmp/ra-run \
         --time-budget 30
     python benchmarks/regalloc_quality.py --run /tmp/ra-run
+
+Without --run, only the program part, for a policy trained elsewhere (the shipped one is
+measured on its own held-out packages by `python -m pymlgo.deploy.pretrained --name
+regalloc-evict`):
+
+    python benchmarks/regalloc_quality.py --policy pretrained:regalloc-evict
 """
 
 from __future__ import annotations
@@ -42,14 +48,22 @@ from regalloc_perf import perf_report  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", type=Path, required=True,
-                    help="run directory of `mlgo train --problem regalloc`")
+    ap.add_argument("--run", type=Path, default=None,
+                    help="run directory of `mlgo train --problem regalloc` (its held-out demo "
+                    "modules are measured); without it, only the program (needs --policy)")
     ap.add_argument("--policy", default=None,
                     help="policy to measure (default: RUN/best)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--program", default="codec", choices=("codec", "lz4"))
     ap.add_argument("--skip-program", action="store_true", help="held-out costs only")
     args = ap.parse_args()
+    if args.run is None:
+        if args.policy is None or args.skip_program:
+            ap.error("without --run, give --policy (and not --skip-program)")
+        print(json.dumps({"policy": args.policy,
+                          "program": perf_report(args.policy, program=args.program, repeat=3)},
+                         indent=2))
+        return 0
     with (args.run / SETUP_FILE).open("rb") as f:
         split = pickle.load(f).split.to_dict()
     spec = args.policy or str(args.run / "best")

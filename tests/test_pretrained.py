@@ -91,15 +91,16 @@ def test_the_eviction_policy_regenerates_the_same_bytes_and_is_measured_by_spill
     corpus = build_tiny_corpus(tmp_path / "corpus")
     config = tmp_path / "reduced.toml"
     config.write_text(REDUCED_REGALLOC_CONFIG)
-    first = regenerate(config, corpus, tmp_path / "a", "--name", "regalloc-evict")
+    first = regenerate(config, corpus, tmp_path / "a", "--name", "regalloc-evict",
+                       "--eval-on", "validation,heldout")
     second = regenerate(config, corpus, tmp_path / "b", "--name", "regalloc-evict", "--no-eval")
     assert first == second and list(first) == ["policy.json"]
     policy = load_policy(str(tmp_path / "a" / "inst"), problem="regalloc-evict")
     assert isinstance(policy, EvictionPolicy)
     numbers = json.loads((tmp_path / "a" / "numbers.json").read_text())
     assert numbers["problem"] == "regalloc-evict"
-    measured = [numbers[part] for part in ("train", "validation", "heldout")
-                if numbers[part]["modules"]]
+    assert "train" not in numbers  # --eval-on leaves it out
+    measured = [numbers[part] for part in ("validation", "heldout") if numbers[part]["modules"]]
     assert measured and all("cost_change" in part and part["cost_by_package"]
                             for part in measured)
 

@@ -109,8 +109,11 @@ def train_command(config: Path, corpus: str, train_dir: Path, workers: int | Non
     return argv + (["--workers", str(workers)] if workers else [])
 
 
+SPLIT_PARTS = ("train", "validation", "heldout")
+
+
 def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
-                   workers: int | None) -> dict[str, Any]:
+                   workers: int | None, parts: Sequence[str] = SPLIT_PARTS) -> dict[str, Any]:
     """The policy against its problem's baseline (inlining: -Oz; regalloc: the stock
     advisor) on the training, validation and held-out modules of the split the training
     run used (a function of the config's seed, fractions and held-out packages): totals, by
@@ -136,6 +139,8 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
     with make_executor(None, common.default_workers(workers)) as ex:
         for name, modules in (("train", split.train), ("validation", split.validation),
                               ("heldout", split.heldout)):
+            if name not in parts:
+                continue
             rep = evaluate(ex, compiler, corpus_jobs(corpus, modules), policy, spec=spec)
             packages = rep.by_package()
             worst = max(packages, key=lambda k: packages[k]["change"], default=None)
@@ -197,6 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="where the policy goes (default: the package's pretrained/NAME)")
     p.add_argument("--no-eval", dest="evaluate", action="store_false",
                    help="skip measuring the installed policy")
+    p.add_argument("--eval-on", dest="eval_on", default=",".join(SPLIT_PARTS),
+                   metavar="PARTS", help="which parts of the split to measure the installed "
+                   f"policy on, comma-separated (default: {','.join(SPLIT_PARTS)}; the "
+                   "training part costs a compile of every training module)")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="compile workers (does not change the result)")
     p.add_argument("--traces", type=Path, default=None, metavar="DIR",
@@ -204,6 +213,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "(`mlgo trace --policy default`, or a policy_quality run's OUTPUT/trace): "
                    "read instead of recorded again; does not change the result")
     args = p.parse_args(argv)
+    parts = [x for x in args.eval_on.split(",") if x]
+    if not parts or set(parts) - set(SPLIT_PARTS):
+        p.error(f"--eval-on: comma-separated parts of {', '.join(SPLIT_PARTS)}, not "
+                f"{args.eval_on!r}")
 
     from pymlgo.cli.main import main as mlgo
 
@@ -229,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     install_policy(train_dir / "best", dest)
     print(f"installed {train_dir / 'best'} -> {dest}")
     if args.evaluate:
-        numbers = evaluate_split(config, corpus, dest, args.workers)
+        numbers = evaluate_split(config, corpus, dest, args.workers, parts)
         text = json.dumps(numbers, indent=2) + "\n"
         (args.output_dir / NUMBERS_FILE).write_text(text)
         print(text, end="")
