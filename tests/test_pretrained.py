@@ -8,10 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pymlgo.deploy import pretrained
 from pymlgo.policy.inlining import InliningPolicy, parse_version
 from pymlgo.policy.regalloc import EvictionPolicy
-from pymlgo.policy.store import load_policy, load_policy_dir, pretrained_root
+from pymlgo.policy.store import PolicyLoadError, load_policy, load_policy_dir, pretrained_root
 from pymlgo.train import config as cfg
 from tests.test_train_corpus import build_tiny_corpus
 
@@ -60,6 +62,31 @@ def test_the_pretrained_policy_was_trained_with_the_pinned_config():
     pinned = cfg.from_dict(cfg.TrainConfig, cfg.read_toml(pretrained.repo_config()))
     assert shipped.hyperparameters["config"] == cfg.to_dict(pinned)
     assert pinned.time_budget_minutes is None and pinned.iterations  # a budget in iterations
+
+
+def test_the_shipped_eviction_policy_loads_by_name_for_its_problem_only():
+    policy = load_policy("pretrained:regalloc-evict", problem="regalloc-evict")
+    assert isinstance(policy, EvictionPolicy) and policy.name == "pretrained:regalloc-evict"
+    assert load_policy("pretrained:regalloc-evict", problem="regalloc").name == policy.name
+    pinned = cfg.load_config(pretrained.repo_config("regalloc-evict"))
+    assert policy.hyperparameters["config"] == pinned.provenance()  # defaults filled in
+    with pytest.raises(PolicyLoadError, match="available: pretrained:inlining-oz"):
+        load_policy("pretrained:regalloc-evict")  # not an inlining policy
+
+
+def test_the_shipped_eviction_policy_answers_a_real_compile(tmp_path, demo_corpus_dir):
+    from pymlgo.cli.main import main
+    from tests.test_train_algorithms import copy_demo_subset
+
+    corpus = copy_demo_subset(demo_corpus_dir, tmp_path / "corpus", ("lz4/lz4libs/lz4",))
+    out = tmp_path / "eval.json"
+    code = main(["eval", "--problem", "regalloc-evict", "--policy", "pretrained:regalloc-evict",
+                 "--corpus", str(corpus), "--json", str(out), "--workers", "1"])
+    assert code == 0
+    doc = json.loads(out.read_text())
+    (module,) = doc["modules"]
+    assert module["error"] is None and module["decisions"] > 0
+    assert module["baseline_cost"] > 0 and module["policy_cost"] is not None
 
 
 def regenerate(config: Path, corpus: Path, out: Path, *more: str) -> dict[str, bytes]:
