@@ -17,6 +17,7 @@ import time
 
 from pymlgo.cli.common import resolve_corpus
 from pymlgo.evaluate.eval import corpus_jobs
+from pymlgo.problems.base import CompileSettings
 from pymlgo.problems.inlining.compile import compile_baseline, compile_with_policy
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.protocol.channel import pack_advice
@@ -30,7 +31,7 @@ TARGET_RATIO = 1.03
 def host_decisions_per_second(compiler, job, policy) -> float:
     """Replay `job`'s observation stream from memory through the host's parsing, policy
     and advice packing: the host's own ceiling, without the compiler."""
-    traj = compile_with_policy(compiler, job, policy, record=True).trajectory
+    traj = compile_with_policy(compiler, job, policy, CompileSettings(record=True)).trajectory
     names = list(traj.features)
     specs = tuple(TensorSpec(n, "int64_t", (1,)) for n in names)
     header = Header(features=specs, advice=TensorSpec("inlining_decision", "int64_t", (1,)))

@@ -26,7 +26,7 @@ from pymlgo.corpus.capture import capture
 from pymlgo.corpus.demo import INFO_FILE, ensure_demo_corpus
 from pymlgo.corpus.format import load_corpus
 from pymlgo.evaluate.eval import corpus_jobs
-from pymlgo.problems.base import CompileJob, Decide
+from pymlgo.problems.base import CompileJob, CompileSettings, Decide
 from pymlgo.problems.inlining import compile as inl
 from pymlgo.problems.inlining.heuristic_check import (
     DISPLACED_FEATURE,
@@ -43,6 +43,7 @@ from tests.conftest import MINIC
 
 # LLVM 21 moved clang's decision to its own slot (llvm-project PR #141453).
 DISPLACED_MAJORS = range(17, 21)
+RECORD = CompileSettings(record=True)  # keep every decision's features
 
 
 @dataclass
@@ -140,10 +141,9 @@ def test_recording_decisions_works_or_is_refused_with_the_reason(matrix: Matrix)
     if matrix.compiler.major in DISPLACED_MAJORS:
         with pytest.raises(HeuristicUnavailableError,
                            match=r"callee_basic_block_count.*#141453.*clang >= 21"):
-            inl.compile_with_policy(matrix.compiler, job, builtin_policy("default"),
-                                    record=True)
+            inl.compile_with_policy(matrix.compiler, job, builtin_policy("default"), RECORD)
         return
-    res = inl.compile_with_policy(matrix.compiler, job, builtin_policy("default"), record=True)
+    res = inl.compile_with_policy(matrix.compiler, job, builtin_policy("default"), RECORD)
     assert res.trajectory is not None
     labels = set(res.trajectory.features[DEFAULT_FEATURE].reshape(-1).tolist())
     assert labels == {0, 1}
@@ -155,7 +155,7 @@ def test_the_register_allocator_channel_asks_and_the_stock_advisor_is_plain_o2(
     plain = ra.compile_baseline(matrix.compiler, job)
     stock = ra.compile_with_policy(matrix.compiler, job, regalloc_policy("default"))
     channel = ra.compile_with_policy(matrix.compiler, job, regalloc_policy("heuristic"),
-                                     record=True)
+                                     RECORD)
 
     assert plain.error is None and stock.error is None and channel.error is None, (
         plain.error, stock.error, channel.error)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pymlgo.evaluate.eval import evaluate
-from pymlgo.problems.base import CompileJob
+from pymlgo.problems.base import CompileJob, CompileSettings
 from pymlgo.problems.inlining.compile import compile_baseline, compile_with_policy
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.toolchain.compiler import Compiler
@@ -39,12 +39,12 @@ def test_a_compile_over_its_memory_limit_fails_naming_the_limit(
     free = compile_baseline(compiler, job)
     assert free.ok and free.size
 
-    roomy = compile_baseline(compiler, job, memory_mb=ENOUGH_MB)
+    roomy = compile_baseline(compiler, job, CompileSettings(memory_mb=ENOUGH_MB))
     assert roomy.ok and roomy.size == free.size
 
-    for res in (compile_baseline(compiler, job, memory_mb=TOO_LITTLE_MB),
-                compile_with_policy(compiler, job, builtin_policy("default"),
-                                    memory_mb=TOO_LITTLE_MB)):
+    too_little = CompileSettings(memory_mb=TOO_LITTLE_MB)
+    for res in (compile_baseline(compiler, job, too_little),
+                compile_with_policy(compiler, job, builtin_policy("default"), too_little)):
         assert not res.ok and res.error
         assert f"limited to {TOO_LITTLE_MB} MiB" in res.error
 

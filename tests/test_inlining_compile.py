@@ -9,10 +9,13 @@ from dataclasses import dataclass
 import pytest
 
 from pymlgo.corpus.command import FlagEdits
+from pymlgo.problems.base import CompileSettings
 from pymlgo.problems.inlining.compile import compile_baseline, compile_with_policy
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.protocol.features import FeatureMismatchError
 from tests.test_toolchain import children_of_self
+
+RECORD = CompileSettings(record=True)  # keep every decision's features
 
 
 def test_default_policy_through_the_channel_equals_plain_oz_per_module(compiler, minic_jobs):
@@ -36,14 +39,14 @@ def test_never_and_always_change_the_size(compiler, minic_jobs):
 
 def test_random_policy_is_deterministic_for_a_seed(compiler, minic_jobs):
     job = max(minic_jobs, key=lambda j: len(j.bitcode))
-    runs = [compile_with_policy(compiler, job, builtin_policy("random:0.5:7"), record=True)
+    runs = [compile_with_policy(compiler, job, builtin_policy("random:0.5:7"), RECORD)
             for _ in range(2)]
     assert runs[0].size == runs[1].size
     assert (runs[0].trajectory.advice == runs[1].trajectory.advice).all()
 
 
 def test_recorded_trajectory_holds_every_feature_and_decision(compiler, minic_jobs):
-    res = compile_with_policy(compiler, minic_jobs[0], builtin_policy("default"), record=True)
+    res = compile_with_policy(compiler, minic_jobs[0], builtin_policy("default"), RECORD)
     traj = res.trajectory
     assert len(traj) == res.decisions > 0
     assert list(traj.features)[-1] == "inlining_default"
@@ -71,7 +74,7 @@ def test_clangs_own_decision_is_asked_for_only_when_read_or_recorded(
     policy = builtin_policy("random:0.5:3")
     for job in minic_jobs:
         unrecorded = compile_with_policy(compiler, job, policy)
-        recorded = compile_with_policy(compiler, job, policy, record=True)
+        recorded = compile_with_policy(compiler, job, policy, RECORD)
         assert unrecorded.ok and recorded.ok, (unrecorded.error, recorded.error)
         assert (unrecorded.size, unrecorded.decisions) == (recorded.size, recorded.decisions)
         if recorded.decisions:
@@ -89,7 +92,7 @@ def test_compiler_that_never_opens_the_channel_fails_fast_and_cleanly(
     try:
         before = children_of_self()
         res = compile_with_policy(compiler, minic_jobs[0], builtin_policy("default"),
-                                  timeout=20, edits=FlagEdits(add=("-O0",)))
+                                  CompileSettings(timeout=20, edits=FlagEdits(add=("-O0",))))
     finally:
         tempfile.tempdir = None
     assert not res.ok
@@ -101,7 +104,8 @@ def test_compiler_that_never_opens_the_channel_fails_fast_and_cleanly(
 
 def test_a_failing_compile_is_an_error_result_not_an_exception(compiler, minic_jobs):
     bad = minic_jobs[0].__class__("broken", b"not bitcode", minic_jobs[0].cmd)
-    res = compile_with_policy(compiler, bad, builtin_policy("default"), timeout=20)
+    res = compile_with_policy(compiler, bad, builtin_policy("default"),
+                              CompileSettings(timeout=20))
     assert not res.ok and res.size is None
     assert not compile_baseline(compiler, bad).ok
 

@@ -266,7 +266,7 @@ def test_a_saved_policy_carries_its_vocabulary_and_compiles_with_it(compiler, mi
     assert doc["files"][IR2VEC_FILE]["sha256"] == vocab_file.file_sha256(loaded.ir2vec_vocab)
 
     job = max(minic_jobs, key=lambda j: len(j.bitcode))
-    res = compile_with_policy(compiler, job, loaded, record=True)
+    res = compile_with_policy(compiler, job, loaded, CompileSettings(record=True))
     assert res.ok, res.error
     assert res.trajectory is not None
     assert res.trajectory.features["callee_embedding"].shape[1:] == (5,)

@@ -16,6 +16,7 @@ from pymlgo.ir2native.dataset import build_dataset
 from pymlgo.ir2native.estimates import decision_callers, from_extra
 from pymlgo.ir2native.model import IR2NativeModel
 from pymlgo.ir2native.train import fit
+from pymlgo.problems.base import CompileSettings
 from pymlgo.problems.inlining.compile import compile_baseline, compile_with_policy
 from pymlgo.problems.inlining.policies import HeuristicPolicy, RandomPolicy
 from pymlgo.train import trainer
@@ -136,7 +137,8 @@ def model(corpus, compiler) -> IR2NativeModel:
 def test_a_compile_with_an_estimator_names_every_decisions_caller(corpus, compiler, model):
     job = corpus_jobs(corpus, ["zstd/lib/compress/hist"])[0]
     plain = compile_with_policy(compiler, job, HeuristicPolicy())
-    res = compile_with_policy(compiler, job, HeuristicPolicy(), record=True, estimator=model)
+    res = compile_with_policy(compiler, job, HeuristicPolicy(), CompileSettings(record=True),
+                              estimator=model)
     assert res.ok and res.size == plain.size  # the extra flags do not change the code
     assert res.trajectory is not None and len(res.trajectory) == res.decisions == 12
     est = from_extra(res.extra)

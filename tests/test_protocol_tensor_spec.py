@@ -6,7 +6,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from pymlgo.problems.base import CompileJob
+from pymlgo.problems.base import CompileJob, CompileSettings
 from pymlgo.problems.inlining.compile import compile_with_policy
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.protocol import channel
@@ -91,7 +91,8 @@ def test_the_recorded_header_is_what_the_bundled_clang_sends(
 
     monkeypatch.setattr(channel, "ByteSource", RecordingSource)
 
-    res = compile_with_policy(compiler, minic_jobs[0], builtin_policy("default"), record=True)
+    res = compile_with_policy(compiler, minic_jobs[0], builtin_policy("default"),
+                              CompileSettings(record=True))
 
     assert res.ok, res.error
     assert res.decisions > 0  # a real session: the compiler asked about call sites

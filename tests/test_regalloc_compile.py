@@ -12,7 +12,7 @@ import pytest
 from pymlgo.corpus.command import FlagEdits, recompile_args
 from pymlgo.corpus.format import load_corpus
 from pymlgo.evaluate.eval import corpus_jobs
-from pymlgo.problems.base import CompileJob, Decide
+from pymlgo.problems.base import CompileJob, CompileSettings, Decide
 from pymlgo.problems.regalloc.advice import MASK_FEATURE
 from pymlgo.problems.regalloc.compile import (
     CORRECTED_KEY,
@@ -28,6 +28,8 @@ from pymlgo.toolchain import run
 from pymlgo.toolchain.size import object_size
 
 ECHO = FlagEdits(add=("-mllvm", "-interactive-model-runner-echo-reply"))
+# a trajectory, and clang echoing every answer it received on stderr
+RECORD_ECHO = CompileSettings(record=True, edits=ECHO)
 SMALL = ("lz4/lz4libs/lz4frame", "zstd/lib/compress/hist", "brotli/c/enc/histogram")
 
 
@@ -61,8 +63,8 @@ def echoed(stderr: Path, name: str) -> list[float]:
 def test_eviction_channel_round_trip_reads_the_specs_from_the_header(compiler, demo_jobs,
                                                                      tmp_path):
     job = demo_jobs["lz4/lz4libs/lz4frame"]
-    res = compile_with_policy(compiler, job, builtin_policy("random:3"), record=True,
-                              edits=ECHO, keep_stderr=tmp_path / "err")
+    res = compile_with_policy(compiler, job, builtin_policy("random:3"), RECORD_ECHO,
+                              keep_stderr=tmp_path / "err")
     assert res.ok, res.error
     traj = res.trajectory
     assert res.decisions == len(traj) > 50
@@ -83,7 +85,7 @@ def test_answers_for_masked_out_columns_never_reach_the_compiler(compiler, demo_
                                                                 tmp_path):
     for module in SMALL:
         res = compile_with_policy(compiler, demo_jobs[module], MaskedOutPolicy(),
-                                  record=True, edits=ECHO, keep_stderr=tmp_path / "err")
+                                  RECORD_ECHO, keep_stderr=tmp_path / "err")
         assert res.ok, res.error
         traj = res.trajectory
         sent = echoed(tmp_path / "err", "index_to_evict")
@@ -96,7 +98,7 @@ def test_answers_for_masked_out_columns_never_reach_the_compiler(compiler, demo_
 
 def test_priority_channel_sends_float32_priorities(compiler, demo_jobs, tmp_path):
     res = compile_with_policy(compiler, demo_jobs["lz4/lz4libs/lz4frame"],
-                              builtin_policy("priority:size"), record=True, edits=ECHO,
+                              builtin_policy("priority:size"), RECORD_ECHO,
                               keep_stderr=tmp_path / "err")
     assert res.ok, res.error
     traj = res.trajectory
@@ -141,7 +143,8 @@ def test_per_function_rewards_compare_with_the_stock_advisor(compiler, demo_jobs
 
 def test_a_module_with_nothing_to_allocate_has_zero_decisions(compiler, demo_jobs):
     res = compile_with_policy(compiler, demo_jobs["brotli/c/common/constants"],
-                              builtin_policy("random:0"), timeout=60)
+                              builtin_policy("random:0"),
+                              CompileSettings(timeout=60))
     assert res.ok, res.error
     assert res.decisions == 0 and res.extra[COST_KEY] == 0.0
 
@@ -149,6 +152,7 @@ def test_a_module_with_nothing_to_allocate_has_zero_decisions(compiler, demo_job
 def test_a_broken_module_is_an_error_result(compiler, demo_jobs):
     job = demo_jobs["zstd/lib/compress/hist"]
     bad = CompileJob("broken", b"not bitcode", job.cmd)
-    res = compile_with_policy(compiler, bad, builtin_policy("random:0"), timeout=30)
+    res = compile_with_policy(compiler, bad, builtin_policy("random:0"),
+                              CompileSettings(timeout=30))
     assert not res.ok and res.size is None
     assert not compile_baseline(compiler, bad).ok

@@ -22,7 +22,7 @@ from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.mlp import init_mlp
 from pymlgo.policy.store import load_policy, save_policy
 from pymlgo.policy.vocab import build_vocab
-from pymlgo.problems.base import CompileJob, ModuleResult
+from pymlgo.problems.base import CompileJob, CompileSettings, ModuleResult
 from pymlgo.problems.inlining.compile import compile_baseline, compile_with_policy
 from pymlgo.problems.inlining.policies import builtin_policy
 from pymlgo.protocol.features import FeatureMismatchError
@@ -253,7 +253,7 @@ def test_a_saved_random_weight_policy_drives_the_real_compiler(
     save_policy(InliningPolicy(vocab, params), tmp_path / "policy")
     policy = load_policy(str(tmp_path / "policy"))
     job = max(minic_jobs, key=lambda j: len(j.bitcode))
-    res = compile_with_policy(compiler, job, policy, record=True)
+    res = compile_with_policy(compiler, job, policy, CompileSettings(record=True))
     assert res.ok and res.decisions > 0, res.error
     # what the compiler was told is what the batch (training-side) computation says
     assert isinstance(policy, InliningPolicy)

@@ -9,20 +9,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pymlgo.corpus.command import FlagEdits
 from pymlgo.problems.base import CompileJob, CompileSettings, ModuleResult, Policy
 from pymlgo.problems.compile import Compiled, compile_module, trajectory
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
 from pymlgo.protocol.features import select_features
 from pymlgo.protocol.log import Header, Observation
 from pymlgo.toolchain.compiler import Compiler
-from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
 
 if TYPE_CHECKING:  # numpy only, but most compiles never need it
     from pymlgo.ir2native.model import IR2NativeModel
 
 OPT_LEVEL = "-Oz"
-DEFAULT_TIMEOUT_S = 300.0
 
 
 # The ML advisor stops asking (and refuses every later call site) once the module's IR
@@ -107,53 +104,37 @@ def _measure(estimator: IR2NativeModel | None, record: bool, keep_object: Path |
     return measure
 
 
-def compile_baseline(
-    compiler: Compiler,
-    job: CompileJob,
-    *,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    edits: FlagEdits = FlagEdits(),
-    memory_mb: int | None = None,
-    estimator: IR2NativeModel | None = None,
-    size_metric: str = DEFAULT_SIZE_METRIC,
-    keep_object: Path | None = None,
-) -> ModuleResult:
+def compile_baseline(compiler: Compiler, job: CompileJob,
+                     settings: CompileSettings = CompileSettings(), *,
+                     estimator: IR2NativeModel | None = None,
+                     keep_object: Path | None = None) -> ModuleResult:
     """Plain -Oz, no channel: the heuristic's size every policy is compared with.
 
-    `size` is the object's bytes by `size_metric` (`toolchain.size`), `sizes` its bytes by
-    section group. `memory_mb` bounds the compiler's address space; a compile past it
-    fails. With an IR2Native `estimator`, `extra` holds every function's estimated bytes
-    (`fn:NAME`). `keep_object` copies the object there (to compare objects byte for
-    byte)."""
-    settings = CompileSettings(timeout=timeout, edits=edits, memory_mb=memory_mb,
-                               size_metric=size_metric)
+    `size` is the object's bytes by `settings.size_metric` (`toolchain.size`), `sizes` its
+    bytes by section group. `settings.memory_mb` bounds the compiler's address space; a
+    compile past it fails. With an IR2Native `estimator`, `extra` holds every function's
+    estimated bytes (`fn:NAME`). `keep_object` copies the object there (to compare objects
+    byte for byte). `settings.options` is not read here: `InliningProblem.compile` hands
+    its estimator over as the keyword."""
     return compile_module(compiler, job, settings, opt_level=OPT_LEVEL,
                           flags=lambda tmp, _: _estimate_flags(estimator, tmp),
                           measure=_measure(estimator, record=False, keep_object=keep_object))
 
 
-def compile_with_policy(
-    compiler: Compiler,
-    job: CompileJob,
-    policy: Policy,
-    *,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    record: bool = False,
-    edits: FlagEdits = FlagEdits(),
-    memory_mb: int | None = None,
-    estimator: IR2NativeModel | None = None,
-    size_metric: str = DEFAULT_SIZE_METRIC,
-    heuristic_feature: str | None = None,
-    ir2vec_vocab: Path | None = None,
-    keep_object: Path | None = None,
-) -> ModuleResult:
+def compile_with_policy(compiler: Compiler, job: CompileJob, policy: Policy,
+                        settings: CompileSettings = CompileSettings(), *,
+                        estimator: IR2NativeModel | None = None,
+                        heuristic_feature: str | None = None, ir2vec_vocab: Path | None = None,
+                        keep_object: Path | None = None) -> ModuleResult:
     """Compile `job` at -Oz with `policy` answering every inlining decision; `size` is the
-    object's bytes by `size_metric`, `sizes` its bytes by section group; `keep_object`
-    copies the object there.
+    object's bytes by `settings.size_metric`, `sizes` its bytes by section group;
+    `keep_object` copies the object there. `settings.record` keeps every decision's
+    features (`ModuleResult.trajectory`).
 
     Where clang's own decision is asked for (the policy reads `inlining_default`, or
-    `record`), it is read from `heuristic_feature`; None: from where this compiler's probe
-    found it (`heuristic_check`, which raises HeuristicUnavailableError if it cannot be had).
+    `settings.record`), it is read from `heuristic_feature`; None: from where this
+    compiler's probe found it (`heuristic_check`, which raises HeuristicUnavailableError if
+    it cannot be had).
 
     With an IR2Native `estimator` (for partial rewards), `extra` holds every function's
     estimated bytes (`fn:NAME`) and a recorded trajectory's `contexts` name the caller of
@@ -162,11 +143,14 @@ def compile_with_policy(
     With an IR2Vec vocabulary file `ir2vec_vocab` (`pymlgo.ir2vec`), clang also sends
     `callee_embedding` and `caller_embedding` (float[dim]); a policy that carries its own
     vocabulary (`ir2vec_vocab` attribute) is always compiled with that one.
+    (`settings.options` is not read here: `InliningProblem.compile` hands its estimator and
+    vocabulary over as these keywords.)
 
     Never raises for a bad module: compiler failure, timeout or a channel error becomes
     `ModuleResult.error`, so a corpus run goes on.
     """
     ir2vec_vocab = getattr(policy, "ir2vec_vocab", None) or ir2vec_vocab
+    record = settings.record
     decide = policy.for_module(job.module)
     required = policy.required_features
     include_default = record or DEFAULT_FEATURE in required
@@ -195,7 +179,5 @@ def compile_with_policy(
         return [*channel_flags(base, include_default=include_default), *SIZE_STOP_REMARKS,
                 *_ir2vec_flags(ir2vec_vocab), *_estimate_flags(estimator, tmp)]
 
-    settings = CompileSettings(timeout=timeout, record=record, edits=edits,
-                               memory_mb=memory_mb, size_metric=size_metric)
     return compile_module(compiler, job, settings, opt_level=OPT_LEVEL, flags=flags,
                           measure=_measure(estimator, record, keep_object), advise=advise)

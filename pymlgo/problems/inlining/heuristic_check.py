@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from pymlgo.corpus.command import parse_cmd
-from pymlgo.problems.base import CompileJob, Decide, ModuleResult
+from pymlgo.problems.base import CompileJob, CompileSettings, Decide, ModuleResult
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
 from pymlgo.protocol.features import FeatureMismatchError
 from pymlgo.toolchain import run
@@ -206,8 +206,8 @@ def probe(compiler: Compiler) -> HeuristicCheck:
                               detail=f"plain -Oz of the probe module failed: {plain.error}")
     notes = []
     for feature in (DEFAULT_FEATURE, DISPLACED_FEATURE):
-        res = compile_with_policy(compiler, job, _AnswerWith(feature), record=True,
-                                  heuristic_feature=DEFAULT_FEATURE)
+        res = compile_with_policy(compiler, job, _AnswerWith(feature),
+                                  CompileSettings(record=True), heuristic_feature=DEFAULT_FEATURE)
         answers = _answers(res, feature)
         sizes = "failed" if res.sizes is None else f"{res.sizes.allocated} B"
         notes.append(f"answering with {feature}: {sizes}, {len(answers)} decisions, "

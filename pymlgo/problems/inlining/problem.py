@@ -64,14 +64,9 @@ class InliningProblem:
 
         estimator = estimator_of(settings.options)
         if policy is None:
-            return inl.compile_baseline(compiler, job, timeout=settings.timeout,
-                                        edits=settings.edits, memory_mb=settings.memory_mb,
-                                        estimator=estimator, size_metric=settings.size_metric)
-        return inl.compile_with_policy(
-            compiler, job, policy, timeout=settings.timeout, record=settings.record,
-            edits=settings.edits, memory_mb=settings.memory_mb, estimator=estimator,
-            size_metric=settings.size_metric, ir2vec_vocab=ir2vec_vocab_of(settings.options),
-        )
+            return inl.compile_baseline(compiler, job, settings, estimator=estimator)
+        return inl.compile_with_policy(compiler, job, policy, settings, estimator=estimator,
+                                       ir2vec_vocab=ir2vec_vocab_of(settings.options))
 
     def cache_extra(self, result: ModuleResult) -> Mapping[str, float]:
         return {}  # estimates depend on the estimator, which the cache key does not hold

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from pymlgo.corpus.command import FlagEdits
 from pymlgo.problems.base import CompileJob, CompileSettings, ModuleResult, Policy, Trajectory
 from pymlgo.problems.compile import Compiled, compile_module, trajectory
 from pymlgo.problems.regalloc.advice import (
@@ -33,10 +32,8 @@ from pymlgo.protocol.channel import ChannelError, ChannelSession
 from pymlgo.protocol.features import select_features
 from pymlgo.protocol.log import Header, Observation
 from pymlgo.toolchain.compiler import Compiler
-from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
 
 OPT_LEVEL = "-O2"
-DEFAULT_TIMEOUT_S = 300.0
 
 # ModuleResult.extra keys. Per-function weighted costs are `FUNCTION_PREFIX + name`.
 COST_KEY = "weighted_cost"
@@ -115,41 +112,24 @@ def _measure(keep_object: Path | None, keep_stderr: Path | None,
     return measure
 
 
-def compile_baseline(
-    compiler: Compiler,
-    job: CompileJob,
-    *,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    edits: FlagEdits = FlagEdits(),
-    keep_object: Path | None = None,
-    size_metric: str = DEFAULT_SIZE_METRIC,
-    memory_mb: int | None = None,
-) -> ModuleResult:
+def compile_baseline(compiler: Compiler, job: CompileJob,
+                     settings: CompileSettings = CompileSettings(), *,
+                     keep_object: Path | None = None) -> ModuleResult:
     """-O2 with the stock advisors (no channel): the object's bytes and the remark costs
     every policy is compared with. `keep_object` copies the object there (to link
     programs)."""
-    settings = CompileSettings(timeout=timeout, edits=edits, memory_mb=memory_mb,
-                               size_metric=size_metric)
     return compile_module(compiler, job, settings, opt_level=OPT_LEVEL,
                           flags=lambda tmp, _: remark_flags(remark_file(tmp)),
                           measure=_measure(keep_object, None, lambda _: None, lambda: 0))
 
 
-def compile_with_policy(
-    compiler: Compiler,
-    job: CompileJob,
-    policy: Policy,
-    *,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    record: bool = False,
-    edits: FlagEdits = FlagEdits(),
-    keep_object: Path | None = None,
-    keep_stderr: Path | None = None,
-    size_metric: str = DEFAULT_SIZE_METRIC,
-    memory_mb: int | None = None,
-) -> ModuleResult:
+def compile_with_policy(compiler: Compiler, job: CompileJob, policy: Policy,
+                        settings: CompileSettings = CompileSettings(), *,
+                        keep_object: Path | None = None,
+                        keep_stderr: Path | None = None) -> ModuleResult:
     """Compile `job` at -O2 with `policy` answering its advisor (`advisor_of(policy)`).
 
+    `settings.record` keeps every decision's features (`ModuleResult.trajectory`).
     `keep_object` / `keep_stderr` copy the object / the compiler's stderr there (to link a
     program; to read what `-mllvm -interactive-model-runner-echo-reply` echoed).
 
@@ -159,9 +139,7 @@ def compile_with_policy(
     this compiler does not send (`FeatureMismatchError`).
     """
     if is_stock(policy):
-        return compile_baseline(compiler, job, timeout=timeout, edits=edits,
-                                keep_object=keep_object, size_metric=size_metric,
-                                memory_mb=memory_mb)
+        return compile_baseline(compiler, job, settings, keep_object=keep_object)
     advisor = advisor_of(policy)
     decide = policy.for_module(job.module)
     required = tuple(policy.required_features)
@@ -182,7 +160,7 @@ def compile_with_policy(
         return answer
 
     def recorded(session: ChannelSession | None) -> Trajectory | None:
-        if not record or session is None or session.header is None:
+        if not settings.record or session is None or session.header is None:
             return None
         return record_trajectory(session, required, advisor)
 
@@ -190,8 +168,6 @@ def compile_with_policy(
         assert base is not None  # a policy always answers on a channel
         return [*remark_flags(remark_file(tmp)), *channel_flags(advisor, base)]
 
-    settings = CompileSettings(timeout=timeout, record=record, edits=edits,
-                               memory_mb=memory_mb, size_metric=size_metric)
     return compile_module(compiler, job, settings, opt_level=OPT_LEVEL, flags=flags,
                           measure=_measure(keep_object, keep_stderr, recorded, lambda: corrected),
                           advise=advise, may_not_ask=True)

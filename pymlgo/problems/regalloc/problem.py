@@ -98,13 +98,8 @@ class RegallocProblem:
             raise ValueError(f"policy {policy.name!r} answers the {advisor_of(policy)} "
                              f"advisor, not the {self.advisor} advisor of {self.name}")
         if policy is None:
-            return compile_baseline(compiler, job, timeout=settings.timeout,
-                                    edits=settings.edits, size_metric=settings.size_metric,
-                                    memory_mb=settings.memory_mb)
-        return compile_with_policy(compiler, job, policy, timeout=settings.timeout,
-                                   record=settings.record, edits=settings.edits,
-                                   size_metric=settings.size_metric,
-                                   memory_mb=settings.memory_mb)
+            return compile_baseline(compiler, job, settings)
+        return compile_with_policy(compiler, job, policy, settings)
 
     def cache_extra(self, result: ModuleResult) -> Mapping[str, float]:
         return dict(result.extra)  # every remark figure: training reads per-function costs

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pymlgo.problems.base import CompileJob, ModuleResult, Policy
+from pymlgo.problems.base import CompileJob, CompileSettings, ModuleResult, Policy
 from pymlgo.problems.regalloc.compile import CORRECTED_KEY, COST_KEY, compile_with_policy
 from pymlgo.toolchain import run
 from pymlgo.toolchain.compiler import Compiler
@@ -62,7 +62,7 @@ def build_objects(compiler: Compiler, jobs: Sequence[CompileJob], policy: Policy
     paths = [out_dir / (job.module.replace("/", "__") + ".o") for job in jobs]
 
     def one(i: int) -> ModuleResult:
-        return compile_with_policy(compiler, jobs[i], policy, timeout=timeout,
+        return compile_with_policy(compiler, jobs[i], policy, CompileSettings(timeout=timeout),
                                    keep_object=paths[i])
 
     results: list[ModuleResult] = []
