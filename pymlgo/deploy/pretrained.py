@@ -28,13 +28,18 @@ from typing import Any
 
 from pymlgo.policy.store import POLICY_FILE, VOCAB_FILE, WEIGHTS_FILE, pretrained_root
 
-NAMES = ("inlining-oz", "regalloc-evict")  # each has configs/pretrained-NAME.toml
-NAME = NAMES[0]
+NAME = "inlining-oz"
 CORPUS_LIST_NAME = "configs/pretrained-inlining-oz.corpus"  # the one broad corpus of both
 # the files a saved policy may have: an inlining policy all three, a regalloc one policy.json
 POLICY_FILES = (POLICY_FILE, WEIGHTS_FILE, VOCAB_FILE)
 NUMBERS_FILE = "numbers.json"
 BIG_MODULE_BYTES = 65536  # issue 24's bucket: no held-out module this big may grow > 0.5%
+
+
+def shipped_names() -> list[str]:
+    """The shipped policies (`pymlgo/policy/pretrained/NAME`), each regenerated from its
+    configs/pretrained-NAME.toml."""
+    return sorted(d.name for d in pretrained_root().iterdir() if (d / POLICY_FILE).is_file())
 
 
 def repo_config(name: str = NAME) -> Path:
@@ -183,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "its pinned config, install train/best, and measure it on the training, validation "
         "and held-out modules.",
     )
-    p.add_argument("--name", choices=NAMES, default=NAME,
+    p.add_argument("--name", choices=shipped_names(), default=NAME,
                    help="which shipped policy (its config is configs/pretrained-NAME.toml; "
                    f"default: {NAME})")
     p.add_argument("--output_dir", "--output-dir", dest="output_dir", type=Path, required=True,
