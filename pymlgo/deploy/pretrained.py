@@ -24,9 +24,13 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymlgo.policy.store import POLICY_FILE, VOCAB_FILE, WEIGHTS_FILE, pretrained_root
+
+if TYPE_CHECKING:
+    from pymlgo.evaluate.eval import EvalReport
+    from pymlgo.problems.base import Measure
 
 NAME = "inlining-oz"
 CORPUS_LIST_NAME = "configs/pretrained-inlining-oz.corpus"  # the one broad corpus of both
@@ -169,7 +173,7 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
     return out
 
 
-def _measure_by_package(rep: Any, measure: Any) -> dict[str, dict[str, float]]:
+def _measure_by_package(rep: EvalReport, measure: Measure) -> dict[str, dict[str, float]]:
     """Per package: the problem's measure summed at the baseline and with the policy."""
     sums: dict[str, list[float]] = {}
     for row in rep.ok_modules:
