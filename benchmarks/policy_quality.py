@@ -653,9 +653,13 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
             if warm is not None and from_warm_start:
                 policies["bc"] = warm
             for name, res in runs.items():
-                # a variant with its own setup (other features, say) had its own warm start
+                # a variant with its own setup (other features, say) had its own warm start;
+                # a bc variant's is its untrained network, not worth a held-out evaluation
                 own = _setup(fold_dir / _run_name(name))
-                if own is not None and (shared is None or own.identity != shared.identity):
+                trains_on = _config(name, variants, args.seed, minutes, 0.0, traces,
+                                    args.validation_by).algo != "bc"
+                if own is not None and trains_on and (shared is None
+                                                      or own.identity != shared.identity):
                     policies[f"{name}:bc"] = replace(own.initial.greedy(),
                                                      name=f"{name}-bc-warmstart")
                 policies[name] = load_policy_dir(res.best_dir)
