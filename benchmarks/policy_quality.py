@@ -637,9 +637,17 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                 from_warm_start |= config.algo != "bc"
                 run_dir = fold_dir / _run_name(name)
                 run_dir.mkdir(parents=True, exist_ok=True)
-                if (config.setup_identity() == first.setup_identity()
-                        and not (run_dir / SETUP_FILE).exists()):
-                    shutil.copyfile(setup_dir / SETUP_FILE, run_dir / SETUP_FILE)
+                if not (run_dir / SETUP_FILE).exists():
+                    own_setup = setup_dir
+                    if config.setup_identity() != first.setup_identity():
+                        # a variant with its own setup (say, IR2Vec embeddings recorded) makes
+                        # it off the clock too, or it eats the variant's training time
+                        own_setup = fold_dir / f"setup-{_run_name(name)}"
+                        train(replace(config, iterations=0, time_budget_minutes=None),
+                              train_corpus, own_setup,
+                              options=RunOptions(workers=args.workers, progress=False),
+                              executor=executor)
+                    shutil.copyfile(own_setup / SETUP_FILE, run_dir / SETUP_FILE)
                 started = time.monotonic()
                 runs[name] = train(config, train_corpus, run_dir,
                                    options=RunOptions(workers=args.workers, progress=False),
