@@ -68,7 +68,7 @@ from pymlgo.corpus.format import Corpus, CorpusError
 from pymlgo.corpus.snapshot import snapshot_corpora
 from pymlgo.evaluate.eval import EvalReport, corpus_jobs, evaluate
 from pymlgo.policy.inlining import InliningPolicy
-from pymlgo.policy.store import load_policy_dir, load_spec
+from pymlgo.policy.store import IR2VEC_FILE, load_policy_dir, load_spec
 from pymlgo.policy.vocab import Vocab
 from pymlgo.problems.base import CompileJob, Policy, Trajectory
 from pymlgo.problems.inlining.policies import HeuristicPolicy
@@ -647,7 +647,9 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
                               train_corpus, own_setup,
                               options=RunOptions(workers=args.workers, progress=False),
                               executor=executor)
-                    shutil.copyfile(own_setup / SETUP_FILE, run_dir / SETUP_FILE)
+                    for kept in (SETUP_FILE, IR2VEC_FILE):  # the vocabulary the run compiles with
+                        if (own_setup / kept).exists():
+                            shutil.copyfile(own_setup / kept, run_dir / kept)
                 started = time.monotonic()
                 runs[name] = train(config, train_corpus, run_dir,
                                    options=RunOptions(workers=args.workers, progress=False),
