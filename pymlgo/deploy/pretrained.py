@@ -137,7 +137,7 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
     from pymlgo.train.trainer import make_split
     from pymlgo.workers import WorkSpec, make_executor
 
-    config = cfg.from_dict(cfg.TrainConfig, cfg.read_toml(config_path))
+    config = cfg.load_config(config_path)
     corpus = common.resolve_corpus(corpus_spec)
     split = make_split(config, corpus)
     compiler = find_compiler(None)

@@ -317,6 +317,8 @@ class TrainConfig:
     problem: str = DEFAULT_PROBLEM
 
     def __post_init__(self) -> None:
+        if self.warmstart == "none":  # as the command line spells no warm start
+            object.__setattr__(self, "warmstart", "")
         if self.algo not in ALGORITHMS:
             raise ConfigError(f"algo must be one of {', '.join(ALGORITHMS)}, not {self.algo!r}")
         try:
@@ -577,7 +579,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 def load_config(path: str | Path, **overrides: Any) -> TrainConfig:
     """Read a TOML config; `overrides` (e.g. from the command line) replace its top-level keys."""
-    data = _spelled_out(read_toml(path) | overrides)
+    data = read_toml(path) | overrides
     try:
         return from_dict(TrainConfig, data)
     except ConfigError as exc:
@@ -586,12 +588,4 @@ def load_config(path: str | Path, **overrides: Any) -> TrainConfig:
 
 def make_config(**values: Any) -> TrainConfig:
     """A TrainConfig from plain values (nested configs as dicts), with the same checks."""
-    return from_dict(TrainConfig, _spelled_out(values))
-
-
-def _spelled_out(data: Mapping[str, Any]) -> dict[str, Any]:
-    """`warmstart = "none"` means no warm start in a file as on the command line."""
-    data = dict(data)
-    if data.get("warmstart") == "none":
-        data["warmstart"] = ""
-    return data
+    return from_dict(TrainConfig, values)
