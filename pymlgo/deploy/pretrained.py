@@ -24,13 +24,9 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pymlgo.policy.store import POLICY_FILE, VOCAB_FILE, WEIGHTS_FILE, pretrained_root
-
-if TYPE_CHECKING:
-    from pymlgo.evaluate.eval import EvalReport
-    from pymlgo.problems.base import Measure
 
 NAME = "inlining-oz"
 CORPUS_LIST_NAME = "configs/pretrained-inlining-oz.corpus"  # the one broad corpus of both
@@ -154,7 +150,6 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
             packages = rep.by_package()
             worst = max(packages, key=lambda k: packages[k]["change"], default=None)
             big = rep.largest_growth(BIG_MODULE_BYTES)
-            total = rep.to_json()["total"]
             out[name] = {"modules": len(rep.ok_modules), "baseline_bytes": rep.baseline_total,
                          "policy_bytes": rep.policy_total, "change": rep.change,
                          "by_metric": rep.by_metric(), "by_group": rep.by_group(),
@@ -166,23 +161,11 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
                              "policy_bytes": big.policy_bytes,
                              "change": big.change}}
             for m in rep.measures:
-                out[name][m.field] = {k: total[f"{k}_{m.field}"] for k in ("baseline",
-                                                                           "policy")}
-                out[name][f"{m.field}_change"] = total[f"{m.field}_change"]
-                out[name][f"{m.field}_by_package"] = _measure_by_package(rep, m)
+                summary = rep.measure_summary(m)
+                out[name][m.field] = {k: summary[k] for k in ("baseline", "policy")}
+                out[name][f"{m.field}_change"] = summary["change"]
+                out[name][f"{m.field}_by_package"] = rep.measure_by_package(m)
     return out
-
-
-def _measure_by_package(rep: EvalReport, measure: Measure) -> dict[str, dict[str, float]]:
-    """Per package: the problem's measure summed at the baseline and with the policy."""
-    sums: dict[str, list[float]] = {}
-    for row in rep.ok_modules:
-        base, pol = row.measured(measure)
-        acc = sums.setdefault(row.name.split("/", 1)[0], [0.0, 0.0])
-        acc[0] += base or 0.0
-        acc[1] += pol or 0.0
-    return {pkg: {"baseline": b, "policy": p, "change": p / b - 1.0 if b else 0.0}
-            for pkg, (b, p) in sorted(sums.items())}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

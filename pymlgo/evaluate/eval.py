@@ -146,14 +146,18 @@ class EvalReport:
                          "change": _change(b, p)}
         return out
 
-    def by_package(self) -> dict[str, dict[str, Any]]:
-        """Totals per package: a module name's first component (`mlgo corpus snapshot` and
-        `mlgo corpus debian` name modules PKG/...)."""
+    def _package_rows(self) -> list[tuple[str, list[ModuleRow]]]:
+        """The modules that succeeded by package: a module name's first component (`mlgo
+        corpus snapshot` and `mlgo corpus debian` name modules PKG/...)."""
         rows: dict[str, list[ModuleRow]] = {}
         for m in self.ok_modules:
             rows.setdefault(m.name.split("/", 1)[0], []).append(m)
+        return sorted(rows.items())
+
+    def by_package(self) -> dict[str, dict[str, Any]]:
+        """Totals per package (`_package_rows`)."""
         out = {}
-        for pkg, ms in sorted(rows.items()):
+        for pkg, ms in self._package_rows():
             b = sum(m.baseline_bytes or 0 for m in ms)
             p = sum(m.policy_bytes or 0 for m in ms)
             out[pkg] = {"modules": len(ms), "baseline_bytes": b, "policy_bytes": p,
@@ -167,10 +171,21 @@ class EvalReport:
                 and m.baseline_bytes >= min_baseline_bytes]
         return max(rows, key=lambda m: m.change or 0.0, default=None)
 
-    def measure_totals(self, measure: Measure) -> tuple[float, float]:
-        """(baseline, policy) sums of `measure` over the modules that succeeded."""
-        pairs = [m.measured(measure) for m in self.ok_modules]
+    def measure_totals(self, measure: Measure,
+                       rows: Sequence[ModuleRow] | None = None) -> tuple[float, float]:
+        """(baseline, policy) sums of `measure` over the modules that succeeded (or `rows`)."""
+        pairs = [m.measured(measure) for m in (self.ok_modules if rows is None else rows)]
         return sum(b or 0.0 for b, _ in pairs), sum(p or 0.0 for _, p in pairs)
+
+    def measure_summary(self, measure: Measure,
+                        rows: Sequence[ModuleRow] | None = None) -> dict[str, float]:
+        """`measure` summed at the baseline and with the policy, and its relative change."""
+        base, pol = self.measure_totals(measure, rows)
+        return {"baseline": base, "policy": pol, "change": pol / base - 1.0 if base else 0.0}
+
+    def measure_by_package(self, measure: Measure) -> dict[str, dict[str, float]]:
+        """`measure_summary` per package (`_package_rows`)."""
+        return {pkg: self.measure_summary(measure, ms) for pkg, ms in self._package_rows()}
 
     def to_json(self) -> dict[str, Any]:
         total: dict[str, Any] = {
@@ -184,9 +199,9 @@ class EvalReport:
             "by_size_bucket": self.by_bucket(),
         }
         for m in self.measures:
-            base, pol = self.measure_totals(m)
-            total.update({f"baseline_{m.field}": base, f"policy_{m.field}": pol,
-                          f"{m.field}_change": pol / base - 1.0 if base else 0.0})
+            summary = self.measure_summary(m)
+            total.update({f"{side}_{m.field}": summary[side] for side in ("baseline", "policy")})
+            total[f"{m.field}_change"] = summary["change"]
         for c in self.counters:
             total[c] = sum(int(m.policy_extra.get(c, 0)) for m in self.ok_modules)
         return {
