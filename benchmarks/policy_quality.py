@@ -620,21 +620,16 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
             # The setup (split, -Oz sizes, clang's decisions, vocab, bc warm start) runs once
             # per fold, outside every algorithm's clock: each gets the same training time.
             setup_dir = fold_dir / "setup"
+            configs = {name: _config(name, variants, args.seed, minutes, 0.0, traces,
+                                     args.validation_by) for name in algos}
             started = time.monotonic()
             if algos:
-                first = _config(algos[0], variants, args.seed, minutes, 0.0, traces,
-                                args.validation_by)
+                first = configs[algos[0]]
                 train(replace(first, iterations=0, time_budget_minutes=None), train_corpus,
                       setup_dir, options=RunOptions(workers=args.workers, progress=False),
                       executor=executor)
             setup_minutes = (time.monotonic() - started) / 60
-            # bc itself does not start from the warm start (an untrained network then):
-            # reported only when an algorithm trains on from it
-            from_warm_start = False
-            for name in algos:
-                config = _config(name, variants, args.seed, minutes, 0.0, traces,
-                                 args.validation_by)
-                from_warm_start |= config.algo != "bc"
+            for name, config in configs.items():
                 run_dir = fold_dir / _run_name(name)
                 run_dir.mkdir(parents=True, exist_ok=True)
                 if not (run_dir / SETUP_FILE).exists():
@@ -660,16 +655,16 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
             policies: dict[str, Policy] = {}
             shared = _setup(setup_dir) if algos else None
             warm = _warm_start(shared)
-            if warm is not None and from_warm_start:
+            # bc itself does not start from a warm start (an untrained network then): one is
+            # reported only when an algorithm trains on from it
+            if warm is not None and any(c.algo != "bc" for c in configs.values()):
                 policies["bc"] = warm
             for name, res in runs.items():
                 # a variant with its own setup (other features, say) had its own warm start;
                 # a bc variant's is its untrained network, not worth a held-out evaluation
                 own = _setup(fold_dir / _run_name(name))
-                trains_on = _config(name, variants, args.seed, minutes, 0.0, traces,
-                                    args.validation_by).algo != "bc"
-                if own is not None and trains_on and (shared is None
-                                                      or own.identity != shared.identity):
+                if own is not None and configs[name].algo != "bc" and (
+                        shared is None or own.identity != shared.identity):
                     policies[f"{name}:bc"] = replace(own.initial.greedy(),
                                                      name=f"{name}-bc-warmstart")
                 policies[name] = load_policy_dir(res.best_dir)
