@@ -343,11 +343,11 @@ def load_spec(spec: str, *, seed: int = 0, problem: Problem | None = None) -> Po
     except ValueError as exc:
         if spec.startswith(PRETRAINED_PREFIX):
             directory = pretrained_dir(spec, POLICY_FORMAT)
-            policy = dataclasses.replace(load_saved_policy(directory), name=spec, seed=seed)
-        elif not Path(spec).is_dir():
-            raise RegallocPolicyError(f"{exc} (and no directory {spec!r} exists)") from None
+        elif Path(spec).is_dir():
+            directory = Path(spec)
         else:
-            policy = dataclasses.replace(load_saved_policy(Path(spec)), name=spec, seed=seed)
+            raise RegallocPolicyError(f"{exc} (and no directory {spec!r} exists)") from None
+        policy = dataclasses.replace(load_saved_policy(directory), name=spec, seed=seed)
     answers = getattr(policy, "advisor", "evict")
     if advisor is not None and answers != advisor:
         assert problem is not None
