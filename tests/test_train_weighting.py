@@ -102,3 +102,28 @@ def test_es_moves_towards_the_big_modules_saving_only_when_counting_bytes():
     assert es_step("bytes")[1].tolist() == step.tolist()
     stats, step, _ = es_step("module")  # 1% == 1%: the two members tie, no step
     assert stats["es/grad_norm"] == 0.0 and not step.any()
+
+
+def test_regalloc_cost_weighting_ranks_members_by_the_batchs_total_cost():
+    from pymlgo.train.regalloc import CostScoring
+
+    stock = {"vorbis/hot": 10_000.0, "lz4/cold": 100.0}
+    # member 1 saves 2% on the hot module, member 2 halves the cold one's cost
+    values = {"vorbis/hot": [10_000.0, 9_800.0, 10_000.0], "lz4/cold": [100.0, 100.0, 50.0]}
+    common = sorted(stock)
+    by_module, change = CostScoring().fitness(values, common, stock, "default")
+    assert by_module[2] > by_module[1] > by_module[0] == 0.0  # a halving beats 2%
+    assert change == 0.0
+    total, _ = CostScoring().fitness(values, common, stock, "cost")
+    assert total[1] > total[2] > total[0]  # 200 of cost beats 50, as held-out totals count
+    assert total[1] == pytest.approx(200 / 10_100)
+
+
+def test_cost_weighting_is_regalloc_es_only_and_bytes_inlining_only():
+    assert make_config(algo="es", problem="regalloc-evict", warmstart="",
+                       reward_weighting="cost").reward_weighting == "cost"
+    for bad in ({"algo": "ppo", "problem": "regalloc-evict", "reward_weighting": "cost"},
+                {"algo": "es", "problem": "regalloc-evict", "reward_weighting": "bytes"},
+                {"algo": "es", "reward_weighting": "cost"}):
+        with pytest.raises(ConfigError, match="reward_weighting"):
+            make_config(warmstart="", **bad)

@@ -50,7 +50,7 @@ ALGORITHMS = ("bc", "ppo", "es", "dqn", "il")
 DEFAULT_ITERATIONS = 20
 Algo = Literal["bc", "ppo", "es", "dqn", "il"]
 PartialRewards = Literal["none", "ir2native"]
-RewardWeighting = Literal["default", "module", "bytes"]
+RewardWeighting = Literal["default", "module", "bytes", "cost"]
 OutOfRange = Literal["clip", "log"]
 
 DEFAULT_HIDDEN = (40, 40, 20)
@@ -299,7 +299,9 @@ class TrainConfig:
     # "module": every module equally (mean of 1 - size/-Oz); "bytes": each by its -Oz bytes,
     # as users count (ppo/dqn: a module's reward times its -Oz bytes over the training
     # modules' mean); "default": what each algorithm always did (ppo, dqn: "module"; es:
-    # "bytes", its fitness being the batch's total size)
+    # "bytes", its fitness being the batch's total size). Register allocation: "default" and
+    # "module" (ES: the mean log cost ratio); "cost" (es only): each module by its stock cost,
+    # the fitness being the batch's total cost, as the evaluation's total counts it
     reward_weighting: RewardWeighting = "default"
     # a new vocab's values beyond its last quantile (pymlgo.policy.vocab): "clip" to 1.0,
     # or "log": extrapolated in log space. A saved-policy warm start brings its own
@@ -346,9 +348,9 @@ class TrainConfig:
                                   "per-module moving average has no per-decision meaning)")
         elif self.ir2native_model:
             raise ConfigError("ir2native_model is only used with partial_rewards = 'ir2native'")
-        if self.reward_weighting not in ("default", "module", "bytes"):
-            raise ConfigError(f"reward_weighting must be 'default', 'module' or 'bytes', not "
-                              f"{self.reward_weighting!r}")
+        if self.reward_weighting not in ("default", "module", "bytes", "cost"):
+            raise ConfigError(f"reward_weighting must be 'default', 'module', 'bytes' or "
+                              f"'cost', not {self.reward_weighting!r}")
         if self.out_of_range not in ("clip", "log"):
             raise ConfigError(f"out_of_range must be 'clip' or 'log', not "
                               f"{self.out_of_range!r}")

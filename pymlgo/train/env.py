@@ -151,12 +151,12 @@ class ByteScoring:
         return result.size
 
     def fitness(self, values: Mapping[str, Sequence[float | None]], common: Sequence[str],
-                baselines: Mapping[str, float], per_module: bool) -> tuple[np.ndarray, float]:
+                baselines: Mapping[str, float], weighting: str) -> tuple[np.ndarray, float]:
         members = len(values[common[0]])
         base = sum(baselines[m] for m in common)
         sizes = np.array([sum(values[m][k] or 0 for m in common) for k in range(members)],
                          dtype=np.float64)
-        if per_module:
+        if weighting == "module":
             fitness = np.array([np.mean([1.0 - (values[m][k] or 0) / baselines[m]
                                          for m in common]) for k in range(members)])
         else:

@@ -9,7 +9,8 @@ Each iteration:
    modules every member compiled (so members are compared on the same modules). For
    inlining: -(total size / total -Oz size - 1) by default (`reward_weighting` "default"
    or "bytes"); with "module" the mean over those modules of 1 - size / -Oz size, every
-   module counting the same. For register allocation: -mean log((cost + 4) / (stock + 4));
+   module counting the same. For register allocation: -mean log((cost + 4) / (stock + 4))
+   by default, every module counting the same; with "cost" -(total cost / total stock - 1);
 4. gradient estimate g = sum_i (F(+eps_i) - F(-eps_i)) eps_i / (2 * population * sigma),
    with F the centered ranks of the fitnesses (default; robust to outliers) or raw fitness;
 5. one Adam ascent step on theta.
@@ -34,7 +35,7 @@ class EvolutionStrategies:
     def __init__(self, cfg: ESConfig, policy: Any, seed: int,
                  weighting: str = "default") -> None:
         self.cfg = cfg
-        self.per_module = weighting == "module"
+        self.weighting = weighting
         self.template = policy.greedy()
         # float64 master copy: Adam's small steps must not vanish in float32 rounding
         self.theta = policy.flat().astype(np.float64)
@@ -65,7 +66,7 @@ class EvolutionStrategies:
         if not common:  # every module failed for some member: nothing to compare
             return {"es/common_modules": 0.0}
         fitness, change = env.scoring.fitness(by_module, common, env.baselines,
-                                              self.per_module)
+                                              self.weighting)
         center, plus, minus = fitness[0], fitness[1::2], fitness[2::2]
 
         shaped = _centered_ranks(fitness[1:]) if cfg.rank_fitness else fitness[1:]

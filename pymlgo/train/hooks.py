@@ -56,9 +56,10 @@ class Scoring(Protocol):
         ...
 
     def fitness(self, values: Mapping[str, Sequence[float]], common: Sequence[str],
-                baselines: Mapping[str, float], per_module: bool) -> tuple[np.ndarray, float]:
+                baselines: Mapping[str, float], weighting: str) -> tuple[np.ndarray, float]:
         """(fitness of every member, higher is better; member 0's total change vs the
-        baseline) from `values[module][member]` on the `common` modules."""
+        baseline) from `values[module][member]` on the `common` modules, modules counting
+        as the run's `reward_weighting` says."""
         ...
 
 

@@ -132,6 +132,9 @@ class InliningTraining:
 
     def check(self, config: TrainConfig) -> None:
         # every key of TrainConfig applies to inlining; the teacher must be one of its rules
+        if config.reward_weighting == "cost":
+            raise ConfigError("reward_weighting = 'cost' weighs by the register allocator's "
+                              "stock cost; inlining weighs by -Oz bytes: 'bytes'")
         try:
             builtin_policy(config.bc.teacher)
         except ValueError as exc:

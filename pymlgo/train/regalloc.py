@@ -53,7 +53,9 @@ DEFAULT_HIDDEN = {"evict": (16,), "priority": priority.DEFAULT_HIDDEN}
 
 
 class CostScoring:
-    """The allocator's weighted spill/reload/copy cost; ES fitness: -mean log ratio."""
+    """The allocator's weighted spill/reload/copy cost; ES fitness: -mean log ratio, or with
+    `reward_weighting = "cost"` minus the batch's total cost change (a module counts by its
+    stock cost, as held-out totals count it)."""
 
     name = "cost"
 
@@ -61,14 +63,17 @@ class CostScoring:
         return float(result.extra[COST_KEY]) if result.ok and COST_KEY in result.extra else None
 
     def fitness(self, values: Mapping[str, Sequence[float | None]], common: Sequence[str],
-                baselines: Mapping[str, float], per_module: bool) -> tuple[np.ndarray, float]:
+                baselines: Mapping[str, float], weighting: str) -> tuple[np.ndarray, float]:
         members = len(values[common[0]])
         cost = {m: [float(v or 0.0) for v in values[m]] for m in common}
-        fitness = np.array([-np.mean([log_ratio(cost[m][k], baselines[m]) for m in common])
-                            for k in range(members)])
         base = sum(baselines[m] for m in common)
-        total = sum(cost[m][0] for m in common)
-        return fitness, total / base - 1.0 if base else 0.0
+        totals = np.array([sum(cost[m][k] for m in common) for k in range(members)])
+        if weighting == "cost":
+            fitness = -(totals / base - 1.0) if base else np.zeros(members)
+        else:
+            fitness = np.array([-np.mean([log_ratio(cost[m][k], baselines[m])
+                                          for m in common]) for k in range(members)])
+        return fitness, float(totals[0] / base - 1.0) if base else 0.0
 
 
 # (key, its default, what to say) of TrainConfig keys that are inlining's alone
@@ -76,7 +81,6 @@ _INLINING_ONLY = (
     ("partial_rewards", "none", "per-decision rewards from IR2Native size estimates"),
     ("ir2native_model", "", "an IR2Native model"),
     ("vocab", "", "a quantile vocab (eviction inputs are normalized by LLVM already)"),
-    ("reward_weighting", "default", "byte weighting of rewards"),
     ("out_of_range", "clip", "vocab extrapolation"),
 )
 
@@ -106,6 +110,12 @@ class RegallocTraining:
             if getattr(config, key) != default:
                 raise ConfigError(f"{key} ({what}) applies to problem 'inlining' only, not "
                                   f"{name!r}")
+        if config.reward_weighting == "bytes":
+            raise ConfigError(f"reward_weighting = 'bytes' weighs modules by their -Oz bytes, "
+                              f"an inlining measure; {name!r} weighs by stock cost: 'cost'")
+        if config.reward_weighting == "cost" and config.algo != "es":
+            raise ConfigError(f"reward_weighting = 'cost' is es's total-cost fitness; algo = "
+                              f"{config.algo!r} has no cost weighting (leave it out)")
         if config.policy.features is not None or config.policy.quantiles is not None:
             raise ConfigError(f"policy.features and policy.quantiles apply to problem "
                               f"'inlining' only: {name!r} reads a fixed set of inputs")
