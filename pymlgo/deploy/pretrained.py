@@ -26,7 +26,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pymlgo.policy.store import POLICY_FILE, VOCAB_FILE, WEIGHTS_FILE, pretrained_root
+from pymlgo.policy.store import (
+    POLICY_FILE,
+    VOCAB_FILE,
+    WEIGHTS_FILE,
+    available_pretrained,
+    pretrained_root,
+)
 
 NAME = "inlining-oz"
 CORPUS_LIST_NAME = "configs/pretrained-inlining-oz.corpus"  # the one broad corpus of both
@@ -37,9 +43,9 @@ BIG_MODULE_BYTES = 65536  # issue 24's bucket: no held-out module this big may g
 
 
 def shipped_names() -> list[str]:
-    """The shipped policies (`pymlgo/policy/pretrained/NAME`), each regenerated from its
-    configs/pretrained-NAME.toml."""
-    return sorted(d.name for d in pretrained_root().iterdir() if (d / POLICY_FILE).is_file())
+    """The shipped policies of every problem (`pymlgo/policy/pretrained/NAME`), each
+    regenerated from its configs/pretrained-NAME.toml."""
+    return available_pretrained(None)
 
 
 def repo_config(name: str = NAME) -> Path:

@@ -282,13 +282,15 @@ def pretrained_root() -> Path:
     return Path(__file__).resolve().parent / "pretrained"
 
 
-def available_pretrained(policy_format: str = POLICY_FORMAT) -> list[str]:
+def available_pretrained(policy_format: str | None = POLICY_FORMAT) -> list[str]:
     """The shipped policies saved in `policy_format` (each problem's codec has its own, so
-    `pretrained:NAME` of one problem is never offered to another)."""
+    `pretrained:NAME` of one problem is never offered to another); None: of every format."""
     root = pretrained_root()
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if _format_of(p / POLICY_FILE) == policy_format)
+    return sorted(p.name for p in root.iterdir()
+                  if (fmt := _format_of(p / POLICY_FILE)) is not None
+                  and policy_format in (None, fmt))
 
 
 def _format_of(path: Path) -> str | None:
