@@ -40,7 +40,9 @@ class Recipe:
     never modules); say so in `note`.
     Objects under `_deps/` (helper builds of dependencies) and those matching `exclude`
     are not corpus modules. `unity`: also build big unity modules from the package's own
-    compiles (see `debian_unity`).
+    compiles (see `debian_unity`). `cross`: why the package cannot be built for another
+    target than the host (empty: it can, see `cross_build`); such a build is reported as
+    failed with that reason.
     """
 
     package: str
@@ -55,6 +57,7 @@ class Recipe:
     unity: bool = True
     headers: tuple[str, ...] = ()
     helpers: tuple[str, ...] = ()
+    cross: str = ""  # why the recipe cannot build for another target than the host
 
     def key(self) -> str:
         """Cache key of the recipe: any change rebuilds the package."""
@@ -63,6 +66,7 @@ class Recipe:
         for late in ("headers", "helpers"):
             if not fields[late]:
                 del fields[late]
+        del fields["cross"]  # says only whether a cross build is tried; it changes no build
         blob = json.dumps([DEBIAN_FORMAT, fields], sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
