@@ -73,7 +73,9 @@ INFO_FILE = "debian_info.json"
 SUMMARY_FILE = "debian_summary.json"
 LOG_DIR = "_logs"  # build logs, next to the sub-corpora (not a corpus itself)
 STAGING_DIR = "_staging"  # a package's sub-corpus while it is made (renamed when complete)
-OPTIONAL_FAILED = "_mlgo_optional_failed"  # the build script lists failed `extra` steps here
+OPTIONAL_FAILED = "_mlgo_optional_failed"
+# What the shell says when the build runs a program made for another architecture.
+_RAN_TARGET_PROGRAM = "Exec format error"  # the build script lists failed `extra` steps here
 
 
 class DebianError(CorpusError):
@@ -572,9 +574,14 @@ def build_package(
                 )
             except CaptureError as exc:
                 log.flush()
-                tail = log_path.read_text(errors="replace")[-2500:]
-                raise DebianError(f"{recipe.package}: {exc}\n--- build log tail "
-                                  f"({log_path}) ---\n{tail}", step="build") from exc
+                text = log_path.read_text(errors="replace")
+                why = ""
+                if cross and _RAN_TARGET_PROGRAM in text:
+                    why = (f" (it ran a program it had compiled for {target.name} with $CC: "
+                           "that does not run on this machine, so the package does not "
+                           "cross-build as it is)")
+                raise DebianError(f"{recipe.package}: {exc}{why}\n--- build log tail "
+                                  f"({log_path}) ---\n{text[-2500:]}", step="build") from exc
             modules = len(result.extract.modules)
             if modules == 0:
                 raise DebianError(f"{recipe.package}: the build produced no module\n"
