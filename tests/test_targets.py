@@ -23,7 +23,7 @@ from elftools.elf.relocation import RelocationSection
 from pymlgo.corpus.capture import capture
 from pymlgo.corpus.demo import FREESTANDING_UNITS, INFO_FILE, ensure_demo_corpus
 from pymlgo.corpus.format import load_corpus
-from pymlgo.corpus.targets import HOST_TARGET, TARGETS, TargetError, named_target
+from pymlgo.corpus.targets import HOST_TARGET, TARGETS, TargetError
 from pymlgo.evaluate.eval import corpus_jobs
 from pymlgo.problems.base import CompileJob
 from pymlgo.problems.inlining import compile as inl
@@ -184,4 +184,4 @@ def test_the_bare_metal_demo_corpus_holds_the_freestanding_units_and_default_is_
 
 def test_an_unknown_demo_target_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(TargetError, match="aarch64.*cortex-m4"):
-        named_target("sparc")
+        ensure_demo_corpus(target="sparc", progress=False)
