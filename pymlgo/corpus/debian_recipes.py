@@ -362,6 +362,10 @@ endforeach ()
 MLGO"""))
 
 
+# OpenSSL's Configure takes the platform by name, not from $CC: these recipes name x86-64's.
+_OPENSSL_X86 = ("OpenSSL is configured for linux-x86_64 by name (its Configure does not read "
+                "the target from the compiler)")
+
 RECIPES: dict[str, Recipe] = {r.package: r for r in (
     # ---- C: libraries --------------------------------------------------------------------
     Recipe("zlib", "c", (("./configure", "--static"), ("make", "-j{jobs}", "libz.a"))),
@@ -430,7 +434,8 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
     Recipe("openssl", "c", (
         ("./Configure", "linux-x86_64", "no-asm", "no-shared", "no-module", "no-tests"),
         ("make", "-j{jobs}", "build_libs"),
-    ), env=(("CFLAGS", OPT_LEVEL),), note="libcrypto + libssl, no assembly"),
+    ), env=(("CFLAGS", OPT_LEVEL),), note="libcrypto + libssl, no assembly",
+        cross=_OPENSSL_X86),
     Recipe("curl", "c", autotools(
         "--without-ssl", "--without-zlib", "--without-brotli", "--without-zstd",
         "--without-libpsl", "--without-libidn2", "--without-nghttp2", "--without-libssh2",
@@ -522,7 +527,8 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                "-DOPENSSL_SSL_LIBRARY={src}/_deps/openssl/libssl.a",
                "-DENABLE_ZLIB_COMPRESSION=OFF",
                "-DBUILD_EXAMPLES=OFF", targets=("libssh2",)),
-    ), deps=("openssl",), note="OpenSSL backend, headers from the openssl source package"),
+    ), deps=("openssl",), note="OpenSSL backend, headers from the openssl source package",
+        cross=_OPENSSL_X86),
     Recipe("libzip", "c", cmake(
         "-DENABLE_COMMONCRYPTO=OFF", "-DENABLE_GNUTLS=OFF", "-DENABLE_MBEDTLS=OFF",
         "-DENABLE_OPENSSL=OFF", "-DENABLE_WINDOWS_CRYPTO=OFF", "-DENABLE_BZIP2=OFF",
