@@ -757,7 +757,7 @@ def build_debian_corpora(
         hosted = hosted_alternative(target)
         raise TargetError(
             f"target {target.name} ({target.triple}) is bare metal, with no C library, and "
-            "Debian packages include its headers"
+            "Debian packages need a C library's headers"
             + (f": build for {hosted.name} ({hosted.describe()}), the same code generation "
                "with a C library's headers" if hosted else ""))
     compiler = find_compiler(config.clang)
