@@ -1,6 +1,6 @@
 """The demo corpus built for each target, and what the inlining policies do there.
 
-For every target of `DEMO_TARGETS` (x86-64, AArch64, RISC-V 64, 32-bit Arm in Thumb-2, a
+For every target of `TARGETS` (x86-64, AArch64, RISC-V 64, 32-bit Arm in Thumb-2, a
 bare-metal Cortex-M4), builds the demo corpus for it (cached; the Cortex-M4 has no C library,
 so its corpus holds the freestanding units only), then compiles every module with plain -Oz
 and through the channel with `default` (clang's own decisions), `never` and the shipped
@@ -28,8 +28,9 @@ from typing import Any
 
 from elftools.elf.relocation import RelocationSection
 
-from pymlgo.corpus.demo import DEMO_TARGETS, ensure_demo_corpus
+from pymlgo.corpus.demo import ensure_demo_corpus
 from pymlgo.corpus.format import load_corpus
+from pymlgo.corpus.targets import TARGETS
 from pymlgo.evaluate.eval import corpus_jobs
 from pymlgo.policy.store import load_policy
 from pymlgo.problems.base import CompileJob
@@ -87,7 +88,7 @@ def _change(policy: ObjectSize, oz: ObjectSize, metric: str = "allocated") -> fl
 
 
 def target_report(name: str, workers: int) -> dict[str, Any]:
-    target = DEMO_TARGETS[name]
+    target = TARGETS[name]
     started = time.monotonic()
     corpus = ensure_demo_corpus(target=target, progress=False)
     jobs = corpus_jobs(load_corpus(corpus))
@@ -117,15 +118,15 @@ def target_report(name: str, workers: int) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--targets", default=",".join(DEMO_TARGETS),
+    ap.add_argument("--targets", default=",".join(TARGETS),
                     help=f"comma-separated demo targets (default: all: "
-                    f"{', '.join(DEMO_TARGETS)})")
+                    f"{', '.join(TARGETS)})")
     ap.add_argument("--workers", type=int, default=2, help="compile processes (default: 2)")
     args = ap.parse_args()
     names = [n for n in args.targets.split(",") if n]
-    unknown = [n for n in names if n not in DEMO_TARGETS]
+    unknown = [n for n in names if n not in TARGETS]
     if unknown:
-        ap.error(f"unknown target(s) {unknown}: expected some of {', '.join(DEMO_TARGETS)}")
+        ap.error(f"unknown target(s) {unknown}: expected some of {', '.join(TARGETS)}")
     reports = []
     for name in names:
         reports.append(target_report(name, args.workers))

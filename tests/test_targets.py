@@ -21,16 +21,9 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.relocation import RelocationSection
 
 from pymlgo.corpus.capture import capture
-from pymlgo.corpus.demo import (
-    DEMO_TARGETS,
-    FREESTANDING_UNITS,
-    HOST_DEMO,
-    INFO_FILE,
-    DemoError,
-    demo_target,
-    ensure_demo_corpus,
-)
+from pymlgo.corpus.demo import FREESTANDING_UNITS, INFO_FILE, ensure_demo_corpus
 from pymlgo.corpus.format import load_corpus
+from pymlgo.corpus.targets import HOST_TARGET, TARGETS, TargetError
 from pymlgo.evaluate.eval import corpus_jobs
 from pymlgo.problems.base import CompileJob
 from pymlgo.problems.inlining import compile as inl
@@ -41,13 +34,14 @@ from pymlgo.toolchain.size import object_size
 from tests.conftest import DATA, MINIC
 from tests.test_cc import mlgo_cc, zig_cc
 
-CROSS_TARGETS = [t for t in DEMO_TARGETS.values() if t != HOST_DEMO]
+CROSS_TARGETS = [t for t in TARGETS.values() if t != HOST_TARGET]
 # what each target's objects are: ELF class, machine, the unwind table its functions get
 EXPECTED = {
     "aarch64": (64, "EM_AARCH64", ".eh_frame"),
     "riscv64": (64, "EM_RISCV", ".eh_frame"),
     "thumb2": (32, "EM_ARM", ".ARM.exidx"),
     "cortex-m4": (32, "EM_ARM", ".ARM.exidx"),
+    "cortex-m4-musl": (32, "EM_ARM", ".ARM.exidx"),
 }
 R_RISCV_RELAX = 51
 
@@ -164,7 +158,7 @@ def test_riscv_objects_carry_no_relaxation_so_their_bytes_are_the_linked_bytes(
     shutil.copy(MINIC / "sort.c", project)
     shutil.copy(MINIC / "minic.h", project)
     (project / "Makefile").write_text("sort.o: sort.c\n\t$(CC) -Oz -c sort.c -o sort.o\n")
-    target = DEMO_TARGETS["riscv64"]
+    target = TARGETS["riscv64"]
     capture(["make"], tmp_path / "corpus", cwd=project, target=target.triple,
             cpu=target.cpu, progress=False, build_output=subprocess.DEVNULL)
     (job,) = corpus_jobs(load_corpus(tmp_path / "corpus"))
@@ -189,5 +183,5 @@ def test_the_bare_metal_demo_corpus_holds_the_freestanding_units_and_default_is_
 
 
 def test_an_unknown_demo_target_is_refused_naming_the_known_ones() -> None:
-    with pytest.raises(DemoError, match="aarch64.*cortex-m4"):
-        demo_target("sparc")
+    with pytest.raises(TargetError, match="aarch64.*cortex-m4"):
+        ensure_demo_corpus(target="sparc", progress=False)

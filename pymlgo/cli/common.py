@@ -73,9 +73,10 @@ def resolve_corpus(spec: str, *, command_override: Sequence[str] | None = None,
     root: str | Path = spec
     name, _, target = spec.partition(":")
     if name == DEMO_CORPUS and not Path(spec).exists():
-        from pymlgo.corpus.demo import HOST_DEMO, ensure_demo_corpus
+        from pymlgo.corpus.demo import ensure_demo_corpus
+        from pymlgo.corpus.targets import HOST_TARGET
 
-        root = ensure_demo_corpus(target=target or HOST_DEMO, clang=clang)
+        root = ensure_demo_corpus(target=target or HOST_TARGET, clang=clang)
     return load_corpus(root, allow_flags=allow, command_override=command_override,
                        clang=clang)
 

@@ -186,8 +186,16 @@ def _add_capture(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.set_defaults(func=run_capture)
 
 
+def _targets_help() -> str:
+    """The named targets (corpus/targets.py), one clause each, for --help."""
+    from pymlgo.corpus.targets import TARGETS
+
+    return "; ".join(f"{t.name}: {t.describe()}" + (f" ({t.note})" if t.note else "")
+                     for t in TARGETS.values())
+
+
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from pymlgo.corpus.demo import DEMO_TARGETS
+    from pymlgo.corpus.targets import TARGETS
 
     p = sub.add_parser(
         "demo",
@@ -202,12 +210,9 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("out_dir", nargs="?", default=None, metavar="OUT_DIR",
                    help="copy the corpus here (default: print the cache directory)")
-    p.add_argument("--target", default="x86_64", choices=sorted(DEMO_TARGETS),
-                   help="what to build for (default: x86_64): "
-                   + "; ".join(f"{t.name}: {t.triple} -mcpu={t.cpu}"
-                               + "".join(f" {f}" for f in t.flags)
-                               for t in DEMO_TARGETS.values())
-                   + ". The bare-metal cortex-m4 has no C library: its corpus holds the "
+    p.add_argument("--target", default="x86_64", choices=list(TARGETS),
+                   help="what to build for (default: x86_64): " + _targets_help()
+                   + ". The bare-metal cortex-m4's demo corpus holds the "
                    "units that compile freestanding (lz4 in its LZ4_FREESTANDING mode, "
                    "brotli's context and transform tables, zstd's debug unit)")
     p.add_argument("--no_progress", action="store_true", help="no progress messages")
@@ -216,6 +221,7 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _add_debian(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from pymlgo.corpus.debian import DEFAULT_ORDER
+    from pymlgo.corpus.targets import TARGETS
 
     p = sub.add_parser(
         "debian",
@@ -226,8 +232,20 @@ def _add_debian(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             "$MLGO_CACHE_DIR/src or ~/.cache/pymlgo/src; needs a deb-src line in the APT "
             "sources; if the mirror lacks the newest version's files, older listed versions "
             "are tried), build it with a built-in recipe through `corpus capture` (bundled "
-            "clang, x86_64-linux-gnu baseline, static, -Oz), and write the sub-corpus "
-            "OUTPUT_DIR/PKG/.\n\n"
+            "clang, x86_64-linux-gnu baseline or --target, static, -Oz), and write the "
+            "sub-corpus OUTPUT_DIR/PKG/.\n\n"
+            "Other targets: --target NAME cross-builds: configure scripts get the target as their "
+            "host ($CONFIG_SITE), CMake a toolchain file ($CMAKE_TOOLCHAIN_FILE: "
+            "CMAKE_SYSTEM_NAME/PROCESSOR), and every compile, link and archive runs zig's "
+            "clang, linker and ar for the target (never the host's ld or ar); programs a "
+            "build compiles to run while building get zig's cc for this machine "
+            "($CC_FOR_BUILD). A package that does not build for the target (it runs a "
+            "program it compiled for the target, or its recipe says why not) is reported "
+            "and skipped. The bare-metal cortex-m4 has no C library, so it is refused here: "
+            "cortex-m4-musl generates the same Cortex-M4 Thumb-2 code, and its linux-musl "
+            "part only supplies the C library's headers (and the links configure checks "
+            "make). An OUTPUT_DIR holds one target: one whose sub-corpora were built for "
+            "another target is refused.\n\n"
             "C packages build their library; C++ packages also their tools and tests where "
             "they build offline (googletest/benchmark come from their own source packages). "
             "Unless --no_unity, each package also gets big UNITY modules, PKG/_unity/...: "
@@ -235,11 +253,13 @@ def _add_debian(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             "KiB (batches that do not compile together are split).\n\n"
             "All sub-corpora are combined into OUTPUT_DIR, so module names start with their "
             "package (what train/held-out splits go by). Packages already built with the same "
-            "recipe and compiler are skipped, so an interrupted run resumes where it stopped "
+            "recipe, compiler and target are skipped, so an interrupted run resumes where it "
+            "stopped "
             "(a package cut off half-way is rebuilt from scratch). A package that fails to "
             "fetch or build is reported with its step and log (OUTPUT_DIR/_logs/PKG.log) and "
-            "skipped; the exit code is 1 at the end. OUTPUT_DIR/debian_summary.json has "
-            "modules per package, the C/C++ split, failures, build time and disk use.\n\n"
+            "skipped; the exit code is 1 at the end. OUTPUT_DIR/debian_summary.json has the "
+            "target, modules per package, the C/C++ split, failures, build time and disk "
+            "use.\n\n"
             "Build tools needed (Debian packages): cmake make autoconf automake libtool "
             "autopoint gettext pkg-config perl python3 dpkg-dev; a missing one is named.\n\n"
             "Packages with a recipe (the training allowlist; --all builds them in this "
@@ -247,6 +267,8 @@ def _add_debian(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         ),
         epilog="examples:\n"
         "  nice -n 10 mlgo corpus debian zlib expat --output_dir corpora/debian\n"
+        "  nice -n 10 mlgo corpus debian zlib lzo2 --target cortex-m4-musl \\\n"
+        "      --output_dir corpora/debian-cm4\n"
         "  nohup nice -n 19 mlgo corpus debian --all --jobs 2 \\\n"
         "      --output_dir ~/.cache/pymlgo/corpora/debian > debian-build.log 2>&1 &",
     )
@@ -259,6 +281,8 @@ def _add_debian(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--output_dir", required=True, metavar="D", help="corpus directory")
     p.add_argument("--jobs", type=int, default=2, metavar="N",
                    help="parallel compile jobs per build (default: 2)")
+    p.add_argument("--target", default="x86_64", choices=list(TARGETS), metavar="NAME",
+                   help="what to build for (default: x86_64): " + _targets_help())
     p.add_argument("--clang", default=None, metavar="PATH",
                    help="compile with this clang (>= 17) instead of the bundled zig clang")
     p.add_argument("--no_unity", action="store_true",
@@ -424,6 +448,7 @@ def run_debian(args: argparse.Namespace) -> int:
         build_debian_corpora,
         parse_package_spec,
     )
+    from pymlgo.corpus.targets import named_target
 
     def body() -> int:
         if args.jobs < 1:
@@ -439,6 +464,7 @@ def run_debian(args: argparse.Namespace) -> int:
             packages,
             DebianConfig(output_dir=out, jobs=args.jobs, clang=args.clang,
                          progress=not args.no_progress, unity=not args.no_unity,
+                         target=named_target(args.target),
                          versions=tuple((pkg, v) for pkg, v in specs if v is not None)),
         )
         langs: Counter[str] = Counter()

@@ -184,6 +184,7 @@ def capture(
     cwd: str | os.PathLike[str] | None = None,
     target: str = DEFAULT_TARGET,
     cpu: str = DEFAULT_CPU,
+    flags: Sequence[str] = (),
     clang: str | os.PathLike[str] | None = None,
     num_workers: int | None = None,
     exclude: str | None = DEFAULT_EXCLUDE,
@@ -194,8 +195,9 @@ def capture(
 ) -> CaptureResult:
     """Run `build_command` in `cwd` through the recording wrappers, then extract the corpus.
 
-    Module names are object paths relative to `cwd`. `build_output` is passed to subprocess
-    as the build's stdout/stderr (None: inherit, so the user sees the build).
+    Module names are object paths relative to `cwd`. `flags` are driver flags the target
+    adds to every compile (e.g. `-mthumb`), after the target and CPU. `build_output` is
+    passed to subprocess as the build's stdout/stderr (None: inherit, so the user sees it).
     A failed build, or one that compiled nothing, raises CaptureError and writes nothing.
     """
     if not build_command:
@@ -217,7 +219,7 @@ def capture(
         log = shim_dir / "compiles.jsonl"
         build_env = dict(os.environ if env is None else env)
         build_env.update(write_shims(
-            shim_dir, compiler, flags=target_flags(compiler, target, cpu), log=log,
+            shim_dir, compiler, flags=[*target_flags(compiler, target, cpu), *flags], log=log,
             cross=cross,
             target=target,
         ))

@@ -2,14 +2,16 @@
 
 Each package is fetched once with `apt-get source` into `<cache>/src/<pkg>/` (needs a
 `deb-src` line in the APT sources), copied to a scratch directory, and built through
-`capture` (bundled clang, fixed target and baseline CPU, embedded bitcode) with a small
-recipe (`debian_recipes`): C packages build their library, C++ packages also their tools
-and tests where those build offline; static, no docs, at -Oz. Each package becomes the
+`capture` (bundled clang, embedded bitcode, for x86-64 with the baseline CPU or another
+named target of `corpus/targets.py`, see `cross_build`) with a small recipe
+(`debian_recipes`): C packages build their library, C++ packages also their tools and tests
+where those build offline; static, no docs, at -Oz. Each package becomes the
 sub-corpus `OUT/<pkg>/`, and the sub-corpora are combined into `OUT/`, so every module name
 starts with its package (`zlib/adler32`): the package is the first path component, which is
 what train/held-out splits go by.
 
-A package whose sub-corpus already exists with the same recipe and compiler is skipped.
+A package whose sub-corpus already exists with the same recipe, compiler and target is
+skipped. One output directory holds one target: a run for another target is refused there.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pymlgo.corpus.capture import (
     capture,
 )
 from pymlgo.corpus.combine import combine_corpora
+from pymlgo.corpus.cross_build import CROSS_DIR, CROSS_FORMAT, cross_build_env
 from pymlgo.corpus.debian_recipes import (
     BUILD_DIR,
     DEBIAN_FORMAT,
@@ -56,7 +59,9 @@ from pymlgo.corpus.format import (
     read_description,
     write_description_dict,
 )
+from pymlgo.corpus.targets import HOST_TARGET, Target, TargetError, hosted_alternative
 from pymlgo.toolchain.compiler import Compiler, find_compiler
+from pymlgo.toolchain.cross import is_cross
 
 __all__ = [
     "BUILD_DIR", "DEBIAN_FORMAT", "DEFAULT_ORDER", "DEPS_DIR", "OPT_LEVEL", "RECIPES",
@@ -68,7 +73,9 @@ INFO_FILE = "debian_info.json"
 SUMMARY_FILE = "debian_summary.json"
 LOG_DIR = "_logs"  # build logs, next to the sub-corpora (not a corpus itself)
 STAGING_DIR = "_staging"  # a package's sub-corpus while it is made (renamed when complete)
-OPTIONAL_FAILED = "_mlgo_optional_failed"  # the build script lists failed `extra` steps here
+OPTIONAL_FAILED = "_mlgo_optional_failed"
+# What the shell says when the build runs a program made for another architecture.
+_RAN_TARGET_PROGRAM = "Exec format error"  # the build script lists failed `extra` steps here
 
 
 class DebianError(CorpusError):
@@ -103,6 +110,7 @@ class DebianConfig:
     # (package, Debian version) pairs: fetch that version instead of the newest
     versions: tuple[tuple[str, str], ...] = ()
     unity: bool = True  # also build each recipe's unity modules
+    target: Target = HOST_TARGET
 
 
 def _say(progress: bool, msg: str) -> None:
@@ -358,12 +366,59 @@ def _read_info(sub: Path) -> dict[str, object] | None:
     return info if isinstance(info, dict) else None
 
 
-def is_built(sub: Path, recipe: Recipe, compiler: Compiler, version: str | None = None) -> bool:
-    """Built with this recipe and compiler (and, if one is asked for, this Debian version)."""
+def build_key(recipe: Recipe, target: Target = HOST_TARGET) -> str:
+    """Cache key of a package's build: its recipe, and for another target than x86-64 the
+    target and how builds are made to cross-compile (x86-64's keys stay the recipe's own,
+    so sub-corpora built before targets existed stand)."""
+    if target == HOST_TARGET:
+        return recipe.key()
+    import hashlib
+
+    blob = json.dumps([recipe.key(), CROSS_FORMAT, target.as_json()], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def info_target(info: dict[str, object]) -> tuple[str, str, tuple[str, ...]]:
+    """(triple, CPU, flags) a sub-corpus was built for; info files from before targets
+    existed are x86-64's."""
+    flags = info.get("target_flags") or ()
+    return (str(info.get("target", DEFAULT_TARGET)), str(info.get("cpu", DEFAULT_CPU)),
+            tuple(str(f) for f in flags) if isinstance(flags, list) else ())
+
+
+def _target_triple(target: Target) -> tuple[str, str, tuple[str, ...]]:
+    return (target.triple, target.cpu, target.flags)
+
+
+def is_built(sub: Path, recipe: Recipe, compiler: Compiler, version: str | None = None,
+             target: Target = HOST_TARGET) -> bool:
+    """Built with this recipe, compiler and target (and, if one is asked for, this Debian
+    version)."""
     info = _read_info(sub)
-    return (info is not None and info.get("recipe") == recipe.key()
+    return (info is not None and info.get("recipe") == build_key(recipe, target)
             and info.get("compiler") == compiler.version
+            and info_target(info) == _target_triple(target)
             and (version is None or info.get("version") == version))
+
+
+def check_output_target(out: Path, target: Target) -> None:
+    """Refuse an output directory whose sub-corpora were built for another target: one
+    corpus never mixes targets (a policy would be trained and measured on both)."""
+    others: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
+    if not out.is_dir():
+        return
+    for sub in sorted(out.iterdir()):
+        info = _read_info(sub) if sub.is_dir() else None
+        if info is not None and info_target(info) != _target_triple(target):
+            others.setdefault(info_target(info), []).append(sub.name)
+    if others:
+        (triple, cpu, flags), pkgs = next(iter(others.items()))
+        built = " ".join([triple, f"-mcpu={cpu}", *flags])
+        raise TargetError(
+            f"{out} holds sub-corpora built for {built} ({', '.join(pkgs[:5])}"
+            f"{', ...' if len(pkgs) > 5 else ''}); this run builds for {target.name} "
+            f"({target.describe()}), and one corpus never mixes targets: choose another "
+            "--output_dir for this target")
 
 
 def missing_tools(recipe: Recipe) -> list[str]:
@@ -457,21 +512,31 @@ def build_package(
     build_root: Path | None = None,
     progress: bool = True,
     unity: bool = True,
+    target: Target = HOST_TARGET,
 ) -> int:
     """Build `recipe` on a scratch copy of `source_tree`, capturing the corpus at `out`.
 
-    The copy is `build_root/<pkg>` (default `<cache>/build/debian/<pkg>`), removed afterwards.
+    The copy is `build_root/<pkg>` (default `<cache>/build/debian/<pkg>`, for another target
+    `<cache>/build/debian-<target>/<pkg>`), removed afterwards.
+    `target`: what to build for; another one than this machine's gets `cross_build`'s
+    environment, and a recipe that says it cannot cross-build fails at step "target".
     Returns the number of modules. Module names are object paths inside the copy; unity
     modules are `_unity/...`. `out` is written completely or not at all (it is made in
     `out/../_staging/<pkg>` and renamed; an existing corpus there is replaced).
     """
     started = time.monotonic()
+    cross = is_cross(target.triple)
+    if cross and recipe.cross:
+        raise DebianError(f"{recipe.package} does not build for another target than the host "
+                          f"({target.name}): {recipe.cross}", step="target")
     missing = missing_tools(recipe)
     if missing:
         apt = sorted({TOOL_PACKAGES.get(t, t) for t in missing})
         raise DebianError(f"{recipe.package}: build tool(s) not found: {', '.join(missing)}; "
                           f"install them, e.g. `apt-get install {' '.join(apt)}`", step="tools")
-    scratch = Path(build_root) if build_root is not None else cache_root() / "build" / "debian"
+    # Per target, so a build for another target never shares a scratch copy with x86-64's.
+    scratch = Path(build_root) if build_root is not None else cache_root() / "build" / (
+        "debian" if target == HOST_TARGET else f"debian-{target.name}")
     workdir = scratch / recipe.package
     staging = out.parent / STAGING_DIR / out.name
     # A fixed path, not a random temp dir: the cc1 commands record the build directory, so a
@@ -493,22 +558,30 @@ def build_package(
         # pkg-config must not hand the build the host's libraries (see debian_recipes).
         env["PKG_CONFIG_LIBDIR"] = str(workdir / DEPS_DIR / "pkgconfig")
         env.pop("PKG_CONFIG_PATH", None)
+        if cross:
+            env.update(cross_build_env(target, workdir / CROSS_DIR))
         exclude = DEFAULT_EXCLUDE + rf"|(^|/){DEPS_DIR}/"
         if recipe.exclude:
             exclude += f"|{recipe.exclude}"
         with log_path.open("w") as log:
             try:
                 result = capture(
-                    ["sh", script.name], staging, cwd=workdir, target=DEFAULT_TARGET,
-                    cpu=DEFAULT_CPU, clang=None if compiler.bundled else str(compiler.path),
+                    ["sh", script.name], staging, cwd=workdir, target=target.triple,
+                    cpu=target.cpu, flags=target.flags,
+                    clang=None if compiler.bundled else str(compiler.path),
                     num_workers=jobs, overwrite=True, progress=False,
                     build_output=log.fileno(), env=env, exclude=exclude,
                 )
             except CaptureError as exc:
                 log.flush()
-                tail = log_path.read_text(errors="replace")[-2500:]
-                raise DebianError(f"{recipe.package}: {exc}\n--- build log tail "
-                                  f"({log_path}) ---\n{tail}", step="build") from exc
+                text = log_path.read_text(errors="replace")
+                why = ""
+                if cross and _RAN_TARGET_PROGRAM in text:
+                    why = (f" (it ran a program it had compiled for {target.name} with $CC: "
+                           "that does not run on this machine, so the package does not "
+                           "cross-build as it is)")
+                raise DebianError(f"{recipe.package}: {exc}{why}\n--- build log tail "
+                                  f"({log_path}) ---\n{text[-2500:]}", step="build") from exc
             modules = len(result.extract.modules)
             if modules == 0:
                 raise DebianError(f"{recipe.package}: the build produced no module\n"
@@ -520,7 +593,8 @@ def build_package(
             unity_info: dict[str, object] = {"modules": 0}
             if unity and recipe.unity:
                 try:
-                    unity_info = _add_unity(recipe, workdir, staging, compiler, jobs, log)
+                    unity_info = _add_unity(recipe, workdir, staging, compiler, jobs, log,
+                                            target)
                 except (OSError, ValueError, subprocess.SubprocessError, CorpusError) as exc:
                     # unity modules are extra data: the package's own build stands without
                     unity_info = {"modules": 0, "error": f"{type(exc).__name__}: {exc}"}
@@ -535,7 +609,7 @@ def build_package(
                               step="validate") from exc
         info = {
             "package": recipe.package,
-            "recipe": recipe.key(),
+            "recipe": build_key(recipe, target),
             "language": recipe.language,
             "steps": [list(s) for s in recipe.steps],
             "extra_steps": [list(s) for s in recipe.extra],
@@ -546,8 +620,10 @@ def build_package(
             "version": source_version(source_tree),
             "debian_patches": not (source_tree / "debian" / ORIG_ONLY_MARKER).exists(),
             "compiler": compiler.version,
-            "target": DEFAULT_TARGET,
-            "cpu": DEFAULT_CPU,
+            "target": target.triple,
+            "cpu": target.cpu,
+            **({"target_flags": list(target.flags)} if target.flags else {}),
+            "target_name": target.name,
             "opt_level": OPT_LEVEL,
             "modules": len(read_description(staging)["modules"]),
             "languages": count_languages(staging),
@@ -575,12 +651,13 @@ def build_package(
 
 
 def _add_unity(recipe: Recipe, workdir: Path, corpus: Path, compiler: Compiler, jobs: int,
-               log: Any) -> dict[str, object]:
+               log: Any, target: Target) -> dict[str, object]:
     """Compile the build's unity modules and add them to the sub-corpus at `corpus`."""
     started = time.monotonic()
     entries = json.loads((corpus / "compile_commands.json").read_text(encoding="utf-8"))
     print(f"mlgo: unity modules of {recipe.package}", file=log, flush=True)
-    made, counts = build_unity_modules(entries, workdir, compiler, jobs=jobs, log=log)
+    made, counts = build_unity_modules(entries, workdir, compiler, jobs=jobs, log=log,
+                                       target=target.triple, cpu=target.cpu)
     info: dict[str, object] = {"modules": 0, "sources": counts.sources,
                                "failed_batches": counts.failed_batches}
     if made:
@@ -617,8 +694,10 @@ def _disk_bytes(root: Path) -> int:
     return total
 
 
-def write_summary(out: Path, results: Sequence[PackageResult], wall_seconds: float) -> Path:
-    """`OUT/debian_summary.json`: modules per package, the C/C++ split, failures, time, disk."""
+def write_summary(out: Path, results: Sequence[PackageResult], wall_seconds: float,
+                  target: Target = HOST_TARGET) -> Path:
+    """`OUT/debian_summary.json`: the target, modules per package, the C/C++ split,
+    failures, time, disk."""
     langs: dict[str, int] = {}
     for r in results:
         for lang, n in r.languages:
@@ -626,6 +705,7 @@ def write_summary(out: Path, results: Sequence[PackageResult], wall_seconds: flo
     total = sum(r.modules for r in results if r.status != "failed")
     summary = {
         "output_dir": str(out),
+        "target": target.as_json(),
         "packages": {r.package: {
             "status": r.status, "modules": r.modules, "unity_modules": r.unity_modules,
             "languages": dict(r.languages), "build_minutes": round(r.seconds / 60, 2),
@@ -672,7 +752,16 @@ def build_debian_corpora(
         raise DebianError("no package given")
     fetch = fetch or (lambda pkg, cache: fetch_source(pkg, cache, version=versions.get(pkg),
                                                       progress=config.progress))
+    target = config.target
+    if target.freestanding:
+        hosted = hosted_alternative(target)
+        raise TargetError(
+            f"target {target.name} ({target.triple}) is bare metal, with no C library, and "
+            "Debian packages need a C library's headers"
+            + (f": build for {hosted.name} ({hosted.describe()}), the same code generation "
+               "with a C library's headers" if hosted else ""))
     compiler = find_compiler(config.clang)
+    check_output_target(config.output_dir.absolute(), target)
     out = _mkdir(config.output_dir.absolute())
     run_started = time.monotonic()
     results: list[PackageResult] = []
@@ -689,7 +778,7 @@ def build_debian_corpora(
         tag = f"[{i}/{len(todo)}] {pkg}"
         log_path = out / LOG_DIR / f"{pkg}.log"
         bar.set_postfix_str(pkg)
-        if is_built(sub, recipe, compiler, versions.get(pkg)):
+        if is_built(sub, recipe, compiler, versions.get(pkg), target):
             info = _read_info(sub) or {}
             _dedupe_cached(sub, info)
             res = _result_from_info(pkg, "cached", info,
@@ -708,7 +797,7 @@ def build_debian_corpora(
                      f"{', ' + recipe.note if recipe.note else ''})")
                 build_package(recipe, tree, sub, compiler=compiler, jobs=config.jobs,
                               deps=deps, log_path=log_path, build_root=config.build_root,
-                              progress=config.progress, unity=config.unity)
+                              progress=config.progress, unity=config.unity, target=target)
                 secs = time.monotonic() - started
                 res = _result_from_info(pkg, "built", _read_info(sub) or {}, secs,
                                         str(log_path), sub)
@@ -724,11 +813,11 @@ def build_debian_corpora(
         results.append(res)
         if res.status != "failed":
             combine_corpora(out)  # after each package, so a long run is usable early
-        write_summary(out, results, time.monotonic() - run_started)
+        write_summary(out, results, time.monotonic() - run_started, target)
         if on_done is not None:
             on_done(res)
     bar.close()
     if any((p / DESCRIPTION_FILE).is_file() for p in out.iterdir() if p.is_dir()):
         combine_corpora(out)
-    write_summary(out, results, time.monotonic() - run_started)
+    write_summary(out, results, time.monotonic() - run_started, target)
     return results

@@ -40,7 +40,9 @@ class Recipe:
     never modules); say so in `note`.
     Objects under `_deps/` (helper builds of dependencies) and those matching `exclude`
     are not corpus modules. `unity`: also build big unity modules from the package's own
-    compiles (see `debian_unity`).
+    compiles (see `debian_unity`). `cross`: why the package cannot be built for another
+    target than the host (empty: it can, see `cross_build`); such a build is reported as
+    failed with that reason.
     """
 
     package: str
@@ -55,6 +57,7 @@ class Recipe:
     unity: bool = True
     headers: tuple[str, ...] = ()
     helpers: tuple[str, ...] = ()
+    cross: str = ""  # why the recipe cannot build for another target than the host
 
     def key(self) -> str:
         """Cache key of the recipe: any change rebuilds the package."""
@@ -63,6 +66,7 @@ class Recipe:
         for late in ("headers", "helpers"):
             if not fields[late]:
                 del fields[late]
+        del fields["cross"]  # says only whether a cross build is tried; it changes no build
         blob = json.dumps([DEBIAN_FORMAT, fields], sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -358,6 +362,10 @@ endforeach ()
 MLGO"""))
 
 
+# OpenSSL's Configure takes the platform by name, not from $CC: these recipes name x86-64's.
+_OPENSSL_X86 = ("OpenSSL is configured for linux-x86_64 by name (its Configure does not read "
+                "the target from the compiler)")
+
 RECIPES: dict[str, Recipe] = {r.package: r for r in (
     # ---- C: libraries --------------------------------------------------------------------
     Recipe("zlib", "c", (("./configure", "--static"), ("make", "-j{jobs}", "libz.a"))),
@@ -426,7 +434,8 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
     Recipe("openssl", "c", (
         ("./Configure", "linux-x86_64", "no-asm", "no-shared", "no-module", "no-tests"),
         ("make", "-j{jobs}", "build_libs"),
-    ), env=(("CFLAGS", OPT_LEVEL),), note="libcrypto + libssl, no assembly"),
+    ), env=(("CFLAGS", OPT_LEVEL),), note="libcrypto + libssl, no assembly",
+        cross=_OPENSSL_X86),
     Recipe("curl", "c", autotools(
         "--without-ssl", "--without-zlib", "--without-brotli", "--without-zstd",
         "--without-libpsl", "--without-libidn2", "--without-nghttp2", "--without-libssh2",
@@ -518,7 +527,8 @@ RECIPES: dict[str, Recipe] = {r.package: r for r in (
                "-DOPENSSL_SSL_LIBRARY={src}/_deps/openssl/libssl.a",
                "-DENABLE_ZLIB_COMPRESSION=OFF",
                "-DBUILD_EXAMPLES=OFF", targets=("libssh2",)),
-    ), deps=("openssl",), note="OpenSSL backend, headers from the openssl source package"),
+    ), deps=("openssl",), note="OpenSSL backend, headers from the openssl source package",
+        cross=_OPENSSL_X86),
     Recipe("libzip", "c", cmake(
         "-DENABLE_COMMONCRYPTO=OFF", "-DENABLE_GNUTLS=OFF", "-DENABLE_MBEDTLS=OFF",
         "-DENABLE_OPENSSL=OFF", "-DENABLE_WINDOWS_CRYPTO=OFF", "-DENABLE_BZIP2=OFF",

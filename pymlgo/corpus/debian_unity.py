@@ -5,7 +5,7 @@ chains), as unity/amalgamated builds make them. After a package's build, its rec
 compiles are grouped by their flags (same directory, language and options but the source
 and output), and each group is cut into batches of at most a few hundred KiB of source.
 A batch becomes one file `_unity/...` that `#include`s its sources by absolute path, and is
-compiled with the group's flags, for the same fixed target, with bitcode embedded.
+compiled with the group's flags, for the build's target, with bitcode embedded.
 
 This works for any build system (CMake, autotools, plain make), unlike CMake's
 UNITY_BUILD. Sources that do not compile together (two `static` functions of one name, a
@@ -198,13 +198,17 @@ def build_unity_modules(
     *,
     jobs: int = 2,
     log: Any = None,
+    target: str = DEFAULT_TARGET,
+    cpu: str = DEFAULT_CPU,
 ) -> tuple[list[dict[str, Any]], UnityResult]:
     """Compile the unity batches of a build in `workdir` (still holding its build).
 
     Returns compile_commands entries for the objects made (under `workdir/_unity/`), ready for
-    extraction with `obj_base_dir=workdir`, and counts.
+    extraction with `obj_base_dir=workdir`, and counts. `target` and `cpu` are the build's
+    (its other target flags, e.g. `-mthumb` or a stock clang's libc headers, are among the
+    recorded options each group keeps).
     """
-    driver_flags = target_flags(compiler, DEFAULT_TARGET, DEFAULT_CPU)
+    driver_flags = target_flags(compiler, target, cpu)
     groups = plan_groups(entries, compiler, workdir)
     jobs_list: list[tuple[_Group, list[Path], Path]] = []
     # Groups that share an output directory (one directory compiled twice with other

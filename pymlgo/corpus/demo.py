@@ -7,10 +7,10 @@ builds the C libraries (not the Python bindings) with a generated Makefile throu
 caches the corpus: the first call takes about a minute, later calls return at once.
 
 The corpus is built by the bundled clang or another one (`clang`), for x86-64 by default or
-for one of `DEMO_TARGETS` (AArch64, RISC-V 64, 32-bit Arm in Thumb-2, a Cortex-M4 with no
-operating system), each compiler version and target cached on its own. The
-bare-metal target has no C library: its corpus holds the units that compile freestanding
-(`FREESTANDING_UNITS`), not all of them.
+for a named target of `corpus/targets.py` (AArch64, RISC-V 64, 32-bit Arm in Thumb-2, a
+Cortex-M4 with no operating system or with musl's headers), each compiler version and target
+cached on its own. The bare-metal target has no C library: its corpus holds the units that
+compile freestanding (`FREESTANDING_UNITS`), not all of them.
 
 zstandard bundles zstd as one amalgamated `zstd.c`; the amalgamation marks where every
 original file starts and ends, so the original `lib/` tree is restored from it and each
@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pymlgo.corpus.capture import DEFAULT_CPU, DEFAULT_TARGET, CaptureError, capture
+from pymlgo.corpus.capture import CaptureError, capture
 from pymlgo.corpus.format import (
     DESCRIPTION_FILE,
     CorpusError,
@@ -45,6 +45,7 @@ from pymlgo.corpus.format import (
     read_description,
     staged_dir,
 )
+from pymlgo.corpus.targets import HOST_TARGET, Target, named_target
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 
 # Bump when the pins, the build flags or the layout change: it names the cache directory.
@@ -97,33 +98,6 @@ class DemoError(CorpusError):
     """The demo corpus could not be downloaded or built."""
 
 
-@dataclass(frozen=True)
-class DemoTarget:
-    """What a demo corpus is built for: a target triple (as zig spells it), a CPU (`baseline`:
-    the target's generic CPU, never the host's), and the flags that target's builds add."""
-
-    name: str
-    triple: str
-    cpu: str = DEFAULT_CPU
-    flags: tuple[str, ...] = ()
-
-    @property
-    def freestanding(self) -> bool:
-        """No operating system, so no C library: only freestanding units are built."""
-        return any(part in ("freestanding", "none") for part in self.triple.split("-")[1:])
-
-
-HOST_DEMO = DemoTarget("x86_64", DEFAULT_TARGET)
-DEMO_TARGETS: dict[str, DemoTarget] = {t.name: t for t in (
-    HOST_DEMO,
-    DemoTarget("aarch64", "aarch64-linux-gnu"),
-    DemoTarget("riscv64", "riscv64-linux-gnu"),
-    # 32-bit Arm Linux code is built as Thumb-2 (what distributions ship for armhf)
-    DemoTarget("thumb2", "arm-linux-gnueabihf", flags=("-mthumb",)),
-    DemoTarget("cortex-m4", "thumb-freestanding-eabi", cpu="cortex_m4",
-               flags=("-ffreestanding",)),
-)}
-
 # The units that need no C library, and the configuration that makes them so: lz4's
 # documented LZ4_FREESTANDING mode takes the three memory functions as macros (the
 # compiler's builtins here); brotli's context and transform tables and zstd's debug level
@@ -139,15 +113,6 @@ FREESTANDING_UNITS: dict[str, tuple[str, ...]] = {
 }
 
 
-def demo_target(name: str) -> DemoTarget:
-    """The demo target called `name`; DemoError naming the known ones otherwise."""
-    try:
-        return DEMO_TARGETS[name]
-    except KeyError:
-        raise DemoError(f"no demo target {name!r}: expected one of "
-                        f"{', '.join(DEMO_TARGETS)}") from None
-
-
 def cache_root() -> Path:
     """$MLGO_CACHE_DIR, else $XDG_CACHE_HOME/pymlgo, else ~/.cache/pymlgo (as the other
     pymlgo caches)."""
@@ -158,14 +123,14 @@ def cache_root() -> Path:
     return Path.home() / ".cache" / "pymlgo"
 
 
-def demo_version(compiler: Compiler, target: DemoTarget = HOST_DEMO) -> str:
+def demo_version(compiler: Compiler, target: Target = HOST_TARGET) -> str:
     """Cache key: the demo recipe, the compiler that made the bitcode (newer LLVM reads
     older bitcode, not the reverse) and the target (x86-64's keeps its old name)."""
-    suffix = "" if target == HOST_DEMO else f"-{target.name}"
+    suffix = "" if target == HOST_TARGET else f"-{target.name}"
     return f"{DEMO_FORMAT}-clang{compiler.version}{suffix}"
 
 
-def demo_cache_dir(compiler: Compiler | None = None, target: DemoTarget = HOST_DEMO) -> Path:
+def demo_cache_dir(compiler: Compiler | None = None, target: Target = HOST_TARGET) -> Path:
     compiler = compiler or find_compiler()
     return cache_root() / f"demo-{demo_version(compiler, target)}"
 
@@ -380,7 +345,7 @@ def prepare_sources(sdists: dict[str, Path], build_dir: Path) -> list[Unit]:
     return sorted(units, key=lambda u: u.source)
 
 
-def units_for(target: DemoTarget, units: list[Unit]) -> list[Unit]:
+def units_for(target: Target, units: list[Unit]) -> list[Unit]:
     """`units` as `target` builds them: with its flags, and on a freestanding target only
     the freestanding units (with their configuration)."""
     if target.freestanding:
@@ -418,7 +383,7 @@ def _is_demo_corpus(path: Path) -> bool:
 
 
 def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True,
-                      target: DemoTarget = HOST_DEMO) -> Path:
+                      target: Target = HOST_TARGET) -> Path:
     """Download (if needed) and build the demo corpus for `target` into `out` (all or
     nothing)."""
     sdists = download_sdists(cache_root() / "sdists", progress=progress)
@@ -475,9 +440,9 @@ def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True,
 
 
 def ensure_demo_corpus(out_dir: Path | None = None, *, progress: bool = True,
-                       target: DemoTarget | str = HOST_DEMO,
+                       target: Target | str = HOST_TARGET,
                        clang: str | os.PathLike[str] | None = None) -> Path:
-    """The demo corpus directory for `target` (a DemoTarget or its name), built with `clang`
+    """The demo corpus directory for `target` (a Target or its name), built with `clang`
     (as --clang: None is $MLGO_CLANG or the bundled one) and cached on first use.
 
     The cache is kept per compiler version: a module's cc1 command holds its compiler's
@@ -486,7 +451,7 @@ def ensure_demo_corpus(out_dir: Path | None = None, *, progress: bool = True,
     the cache directory itself is returned (read-only use).
     """
     if isinstance(target, str):
-        target = demo_target(target)
+        target = named_target(target)
     compiler = find_compiler(clang)
     cache = demo_cache_dir(compiler, target)
     if not _is_demo_corpus(cache):
