@@ -182,6 +182,28 @@ def test_the_bare_metal_demo_corpus_holds_the_freestanding_units_and_default_is_
         assert default.error is None and default.sizes == plain.sizes, job.module
 
 
+HOSTED_TARGETS = [t for t in CROSS_TARGETS if not t.freestanding]
+# one module of each demo package, from small to zstd's biggest hot path; every module of
+# every target is checked by `benchmarks/targets.py` (63 of 63 identical, README)
+DEMO_SAMPLE = ("lz4/lz4libs/lz4", "brotli/c/dec/decode", "zstd/lib/common/entropy_common",
+               "zstd/lib/compress/zstd_fast")
+
+
+@pytest.mark.parametrize("target", HOSTED_TARGETS, ids=[t.name for t in HOSTED_TARGETS])
+def test_the_demo_corpus_built_for_the_target_compiles_with_default_to_plain_Oz(
+        target, compiler: Compiler, tmp_path: Path) -> None:
+    corpus = ensure_demo_corpus(target=target.name, progress=False)
+    info = json.loads((corpus / INFO_FILE).read_text())
+    assert (info["target"], info["cpu"]) == (target.triple, target.cpu)
+    jobs = {j.module: j for j in corpus_jobs(load_corpus(corpus))}
+    elf_class, machine, _ = EXPECTED[target.name]
+    for name in DEMO_SAMPLE:
+        plain = _compile(compiler, jobs[name], None, tmp_path / "plain.o")
+        elf = open_elf(plain, name)
+        assert (elf.elfclass, elf["e_machine"]) == (elf_class, machine), name
+        assert _compile(compiler, jobs[name], "default", tmp_path / "default.o") == plain, name
+
+
 def test_an_unknown_demo_target_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(TargetError, match="aarch64.*cortex-m4"):
         ensure_demo_corpus(target="sparc", progress=False)
