@@ -17,6 +17,7 @@ skipped. One output directory holds one target: a run for another target is refu
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -73,9 +74,9 @@ INFO_FILE = "debian_info.json"
 SUMMARY_FILE = "debian_summary.json"
 LOG_DIR = "_logs"  # build logs, next to the sub-corpora (not a corpus itself)
 STAGING_DIR = "_staging"  # a package's sub-corpus while it is made (renamed when complete)
-OPTIONAL_FAILED = "_mlgo_optional_failed"
+OPTIONAL_FAILED = "_mlgo_optional_failed"  # the build script lists failed `extra` steps here
 # What the shell says when the build runs a program made for another architecture.
-_RAN_TARGET_PROGRAM = "Exec format error"  # the build script lists failed `extra` steps here
+_RAN_TARGET_PROGRAM = "Exec format error"
 
 
 class DebianError(CorpusError):
@@ -372,8 +373,6 @@ def build_key(recipe: Recipe, target: Target = HOST_TARGET) -> str:
     so sub-corpora built before targets existed stand)."""
     if target == HOST_TARGET:
         return recipe.key()
-    import hashlib
-
     blob = json.dumps([recipe.key(), CROSS_FORMAT, target.as_json()], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
