@@ -385,10 +385,6 @@ def info_target(info: dict[str, object]) -> tuple[str, str, tuple[str, ...]]:
             tuple(str(f) for f in flags) if isinstance(flags, list) else ())
 
 
-def _target_triple(target: Target) -> tuple[str, str, tuple[str, ...]]:
-    return (target.triple, target.cpu, target.flags)
-
-
 def is_built(sub: Path, recipe: Recipe, compiler: Compiler, version: str | None = None,
              target: Target = HOST_TARGET) -> bool:
     """Built with this recipe, compiler and target (and, if one is asked for, this Debian
@@ -396,7 +392,7 @@ def is_built(sub: Path, recipe: Recipe, compiler: Compiler, version: str | None 
     info = _read_info(sub)
     return (info is not None and info.get("recipe") == build_key(recipe, target)
             and info.get("compiler") == compiler.version
-            and info_target(info) == _target_triple(target)
+            and info_target(info) == target.codegen
             and (version is None or info.get("version") == version))
 
 
@@ -408,8 +404,9 @@ def check_output_target(out: Path, target: Target) -> None:
         return
     for sub in sorted(out.iterdir()):
         info = _read_info(sub) if sub.is_dir() else None
-        if info is not None and info_target(info) != _target_triple(target):
-            others.setdefault(info_target(info), []).append(sub.name)
+        built_for = info_target(info) if info is not None else target.codegen
+        if built_for != target.codegen:
+            others.setdefault(built_for, []).append(sub.name)
     if others:
         (triple, cpu, flags), pkgs = next(iter(others.items()))
         built = " ".join([triple, f"-mcpu={cpu}", *flags])

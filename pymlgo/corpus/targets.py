@@ -48,6 +48,12 @@ class Target:
         return any(part in ("freestanding", "none") for part in self.triple.split("-")[1:])
 
     @property
+    def codegen(self) -> tuple[str, str, tuple[str, ...]]:
+        """(triple, CPU, flags): what code is generated for (the name is only a label), as a
+        built corpus records it."""
+        return (self.triple, self.cpu, self.flags)
+
+    @property
     def cmake_processor(self) -> str:
         return _CMAKE_PROCESSOR.get(self.arch, self.arch)
 
