@@ -3,7 +3,8 @@
 Eviction (`regalloc-evict`) trains with es or ppo. The measure is the allocator's
 block-frequency weighted spill/reload/copy cost (`problems/regalloc`), relative to the
 stock advisor's; ES's fitness is -mean log((cost + 4) / (stock + 4)), so a module whose cost
-halves counts as much as one whose cost doubles, whatever its size; ppo learns per machine
+halves counts as much as one whose cost doubles, whatever its size (with `reward_weighting =
+"cost"`: the batch's total cost change, each module by its stock cost); ppo learns per machine
 function (`heads.EvictionHead`). Only modules with spill code under the stock advisor are
 trained and validated on (a relative change of 0 has no meaning). The initial policy is the
 stock rule rebuilt from the channel's features (`policy/regalloc.py`), so training learns
