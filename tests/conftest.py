@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pymlgo.corpus.capture import ZIG_OZ_FLAGS
 from pymlgo.corpus.command import parse_cmd
 from pymlgo.problems.base import CompileJob
 from pymlgo.toolchain.compiler import Compiler, find_compiler
@@ -34,8 +35,9 @@ def build_jobs(compiler: Compiler, sources: list[Path], out_dir: Path) -> list[C
     for src in sources:
         obj = out_dir / (src.stem + ".o")
         subprocess.run(
-            [*compiler.cc_argv, "-c", *TARGET_FLAGS, "-Oz", "-Xclang", "-fembed-bitcode=all",
-             str(src), "-o", str(obj)],
+            # at -Oz as `mlgo corpus capture` records it: zig's driver alone runs cc1 at -Os
+            [*compiler.cc_argv, "-c", *TARGET_FLAGS, "-Oz", *(ZIG_OZ_FLAGS if compiler.zig else ()),
+             "-Xclang", "-fembed-bitcode=all", str(src), "-o", str(obj)],
             check=True,
         )
         sec = read_sections(obj, (".llvmbc", ".llvmcmd"))

@@ -91,6 +91,16 @@ def warn_about_relaxation(prog: str, corpus: Corpus) -> None:
         print(f"{prog}: {warning}", file=sys.stderr)
 
 
+def warn_about_level(prog: str, corpus: Corpus, level: str) -> None:
+    """Say on stderr when modules were recorded at another optimization level than `level`
+    (the problem's): their function attributes are that level's (corpus/front_end_level.py)."""
+    from pymlgo.corpus.front_end_level import level_warning, mismatched_modules
+
+    warning = level_warning(mismatched_modules(corpus.modules, level), level)
+    if warning is not None:
+        print(f"{prog}: {warning}", file=sys.stderr)
+
+
 def size_metric(args: argparse.Namespace) -> str:
     """The metric `--size-metric` chose, or the default (the option itself defaults to None,
     so that `mlgo train` can tell it apart from its config file's)."""

@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"mlgo eval: {exc}", file=sys.stderr)
         return 2
     common.warn_about_relaxation("mlgo eval", corpus)
+    common.warn_about_level("mlgo eval", corpus, problem.opt_level)
     jobs = corpus_jobs(corpus)
     spec = WorkSpec(problem=problem, clang=str(compiler.path) if not compiler.bundled
                     else None, timeout=args.timeout, memory_mb=args.memory_limit,

@@ -128,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
     common.warn_about_relaxation("mlgo search", corpus)
     spec = WorkSpec(clang=None if compiler.bundled else str(compiler.path),
                     timeout=args.timeout, edits=flags.flag_edits(), size_metric=metric)
+    common.warn_about_level("mlgo search", corpus, spec.problem.opt_level)
     settings: dict[str, object] = {"policy_spec": args.policy}
     if flags.command_override is not None:
         settings["command_override"] = list(flags.command_override)

@@ -152,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"mlgo trace: {exc}", file=sys.stderr)
         return 2
     common.warn_about_relaxation("mlgo trace", corpus)
+    common.warn_about_level("mlgo trace", corpus, problem.opt_level)
     jobs = corpus_jobs(corpus)
     spec = WorkSpec(
         problem=args.problem,

@@ -183,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
         corpus = common.resolve_corpus(args.corpus, clang=args.clang,
                                        command_override=override)
         common.warn_about_relaxation("mlgo train", corpus)
+        common.warn_about_level("mlgo train", corpus, registry.problem(config.problem).opt_level)
         options = RunOptions(workers=workers, cluster=args.cluster, clang=args.clang,
                              timeout=args.timeout, tensorboard=args.tensorboard)
         result = train(config, corpus, args.output_dir, options=options)

@@ -35,6 +35,7 @@ from pymlgo.toolchain.cross import CrossTools, CrossToolsError, cross_tools, is_
 DEFAULT_TARGET = "x86_64-linux-gnu"
 DEFAULT_CPU = "baseline"
 EMBED_FLAGS = ("-Xclang", "-fembed-bitcode=all")
+ZIG_OZ_FLAGS = ("-Xclang", "-Oz")
 # Objects that configure steps compile to probe the compiler; never part of the program.
 DEFAULT_EXCLUDE = r"(^|/)(CMakeFiles/CMakeScratch/|CMakeFiles/[^/]+/CompilerId|conftest)"
 _C_NAMES = ("cc", "gcc", "clang")
@@ -80,6 +81,8 @@ def write_shims(
         "drivers": {"c": list(compiler.cc_argv), "c++": list(compiler.cxx_argv)},
         "target_flags": [*flags, *(cross.compile_flags if cross is not None else ())],
         "embed_flags": list(EMBED_FLAGS),
+        # zig's driver runs cc1 at -Os for -Oz (capture_wrapper.size_level_flags)
+        "oz_flags": list(ZIG_OZ_FLAGS) if compiler.zig else [],
         "log": str(log),
     }
     env: dict[str, str] = {}

@@ -3,7 +3,8 @@
 Run by a generated shell script (`exec python -E -S capture_wrapper.py --config F --lang c --
 ARGS...`) once per compiler invocation, so it imports nothing but the standard library.
 For a compile-only (`-c`) invocation it adds the fixed target and `-Xclang
--fembed-bitcode=all`, runs the real driver, and on success appends the command and the
+-fembed-bitcode=all` (and, for zig's driver at `-Oz`, `-Xclang -Oz`: see `size_level_flags`),
+runs the real driver, and on success appends the command and the
 object path to a JSON-lines log (under a file lock: builds run compilers in parallel).
 An LTO compile (`-flto*`) gets no bitcode section (its object is bitcode) and is logged with
 its LTO kind; a link that reads bitcode is run, then logged with the bitcode files it read
@@ -119,13 +120,37 @@ def lto_kind(args: Sequence[str]) -> str | None:
     return kind
 
 
+def last_opt_level(args: Sequence[str]) -> str | None:
+    """The driver's optimization level: its last `-O` flag (`-O` alone is `-O1`), or None."""
+    level: str | None = None
+    for arg in args:
+        if arg.startswith("-O") and len(arg) <= 6 and arg[2:] in ("", "0", "1", "2", "3", "s",
+                                                                 "z", "fast", "g"):
+            level = arg if arg != "-O" else "-O1"
+    return level
+
+
+def size_level_flags(args: Sequence[str], oz_flags: Sequence[str]) -> list[str]:
+    """`oz_flags` when the driver compiles at `-Oz`, else nothing.
+
+    zig's driver hands cc1 `-Os` for `-Oz`, and the front end then marks every function
+    `optsize` without `minsize`. The recorded bitcode keeps those attributes, so a corpus
+    recompiled at -Oz would still be generated as -Os code, not what `clang -Oz` or
+    `mlgo cc -Oz` ships (zstd_lazy.c: 136,665 bytes against 119,922). `-Xclang -Oz` makes the
+    front end write `minsize`, as a real -Oz build does.
+    """
+    return list(oz_flags) if last_opt_level(args) == "-Oz" else []
+
+
 def plan(
-    user_args: Sequence[str], cwd: Path, *, target_flags: Sequence[str], embed_flags: Sequence[str]
+    user_args: Sequence[str], cwd: Path, *, target_flags: Sequence[str],
+    embed_flags: Sequence[str], oz_flags: Sequence[str] = (),
 ) -> tuple[list[str], list[tuple[str, str]]]:
     """Arguments to pass to the driver, and the (source, object) pairs to log if it succeeds.
 
     Only a compile-only invocation of non-assembly sources gets `embed_flags` (not with LTO:
-    its object is the bitcode itself); the pairs are empty for anything else.
+    its object is the bitcode itself) and, at `-Oz`, `oz_flags`; the pairs are empty for
+    anything else.
     """
     args = strip_target_flags(user_args)
     seen = expand_response_files(args, cwd)
@@ -140,7 +165,7 @@ def plan(
     else:
         pairs = [(s, os.path.splitext(os.path.basename(s))[0] + ".o") for s in real]
     embed = [] if lto_kind(seen) else list(embed_flags)
-    return [*target_flags, *embed, *args], pairs
+    return [*target_flags, *embed, *args, *size_level_flags(seen, oz_flags)], pairs
 
 
 _BITCODE_MAGICS = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")
@@ -204,7 +229,8 @@ def main(argv: Sequence[str]) -> int:
     user_args = list(argv[5:])
     cwd = Path.cwd()
     args, pairs = plan(
-        user_args, cwd, target_flags=config["target_flags"], embed_flags=config["embed_flags"]
+        user_args, cwd, target_flags=config["target_flags"], embed_flags=config["embed_flags"],
+        oz_flags=config.get("oz_flags", ()),
     )
     full = [*driver, *args]
     link = config.get("link")

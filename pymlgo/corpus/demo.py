@@ -49,7 +49,7 @@ from pymlgo.corpus.targets import HOST_TARGET, Target, named_target
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 
 # Bump when the pins, the build flags or the layout change: it names the cache directory.
-DEMO_FORMAT = 2
+DEMO_FORMAT = 3  # 3: captured with -Xclang -Oz, so the IR is minsize as clang -Oz makes it
 CACHE_ENV_VAR = "MLGO_CACHE_DIR"
 INFO_FILE = "demo_info.json"
 OPT_LEVEL = "-Oz"

@@ -49,6 +49,7 @@ class InliningProblem:
     summary: str = ("inlining: -Oz with POLICY answering clang's inliner; reward: the "
                     "object's bytes vs plain -Oz")
     baseline_label: str = "-Oz"
+    opt_level: str = "-Oz"
     measures: tuple[Measure, ...] = ()
     counters: tuple[str, ...] = (SIZE_STOP_KEY,)  # call sites refused past the size stop
     policy_codec: str = "pymlgo.policy.store"

@@ -56,6 +56,7 @@ class RegallocProblem:
     summary: str
     aliases: tuple[str, ...] = ()
     baseline_label: str = "stock"
+    opt_level: str = "-O2"
     measures: tuple[Measure, ...] = (COST,)
     counters: tuple[str, ...] = (CORRECTED_KEY,)
     policy_codec: str = "pymlgo.policy.regalloc"
