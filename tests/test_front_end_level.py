@@ -139,3 +139,29 @@ def test_modules_recorded_at_os_are_named_when_compiled_at_oz(
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     assert "1 module(s) were recorded at another optimization level" in res.stderr
+
+
+def test_a_forced_level_is_appended_after_the_builds_own() -> None:
+    args, pairs = plan(["-O2", "-c", "a.c", "-o", "a.o"], Path.cwd(), target_flags=[],
+                       embed_flags=[], oz_flags=["-Xclang", "-Oz"], level="-Oz")
+
+    assert pairs == [("a.c", "a.o")]
+    assert args == ["-O2", "-c", "a.c", "-o", "a.o", "-Oz", "-Xclang", "-Oz"]
+
+
+def test_capture_with_opt_level_records_a_configure_picked_o2_at_oz(
+        tmp_path: Path, compiler: Compiler) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pick.c").write_text(SOURCE)
+    # as curl's configure does: its own -O2 after the user's CFLAGS
+    (project / "Makefile").write_text("pick.o: pick.c\n\t$(CC) -Oz -O2 -c pick.c -o pick.o\n")
+    out = tmp_path / "pick"
+    res = subprocess.run([sys.executable, "-m", "pymlgo.cli.main", "corpus", "capture",
+                          "--output_dir", str(out), "--opt-level", "z", "--no_progress", "--",
+                          "make"], cwd=project, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    (module,) = load_corpus(out).modules
+
+    assert recorded_level(module.cmd) == "-Oz"
+    assert "minsize" in _ir_attributes(compiler, module.bc_path, tmp_path)

@@ -151,6 +151,14 @@ def _add_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.set_defaults(func=run_snapshot)
 
 
+def _opt_level(text: str) -> str:
+    """`z`, `Oz` or `-Oz` -> `-Oz` (argparse takes a bare `-Oz` for an option)."""
+    level = "-O" + text.removeprefix("-").removeprefix("O")
+    if level not in ("-O0", "-O1", "-O2", "-O3", "-Os", "-Oz"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one of 0, 1, 2, 3, s, z")
+    return level
+
+
 def _add_capture(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "capture",
@@ -161,7 +169,10 @@ def _add_capture(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             "gcc, clang, c++, g++, clang++). Every compile-only (-c) invocation is compiled by "
             "the bundled clang (or --clang) for a fixed target and baseline CPU, never the "
             "host's native one, with -Xclang -fembed-bitcode=all; links and other invocations "
-            "run with the same target. The recorded commands are saved as "
+            "run with the same target. With zig's driver, an -Oz compile also gets -Xclang "
+            "-Oz (zig alone runs cc1 at -Os, whose bitcode is not what clang -Oz ships). "
+            "--opt-level records every compile at one level whatever the build asks. "
+            "The recorded commands are saved as "
             "compile_commands.json in the corpus, and the objects extracted. Start from a clean "
             "build tree: objects that are already built are not compiled, so not recorded."
         ),
@@ -180,6 +191,11 @@ def _add_capture(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                    "compiler probes)")
     p.add_argument("--num_workers", type=int, default=None, metavar="N",
                    help="extraction worker processes (default: all cores)")
+    p.add_argument("--opt-level", default=None, metavar="LEVEL", type=_opt_level,
+                   help="append -OLEVEL (0, 1, 2, 3, s or z; `--opt-level z` or "
+                   "`--opt-level=-Oz`) to every compile, so the corpus is recorded at it even "
+                   "where the build's configure picks its own (z for the inlining problem, 2 "
+                   "for register allocation); default: the build's own levels")
     _add_common_output(p)
     p.add_argument("build", nargs=argparse.REMAINDER, metavar="-- BUILD COMMAND",
                    help="the build to run, after --")
@@ -417,7 +433,7 @@ def run_capture(args: argparse.Namespace) -> int:
             command, args.output_dir, target=args.target, cpu=args.cpu, clang=args.clang,
             num_workers=args.num_workers,
             exclude=DEFAULT_EXCLUDE if args.exclude is None else args.exclude,
-            overwrite=args.overwrite, progress=not args.no_progress,
+            overwrite=args.overwrite, progress=not args.no_progress, level=args.opt_level,
         )
         print(f"build: {result.compiles} compile(s) recorded in {result.build_seconds:.1f}s "
               f"with clang {result.compiler.version}", file=sys.stderr)

@@ -70,7 +70,7 @@ def target_flags(compiler: Compiler, target: str, cpu: str) -> list[str]:
 
 def write_shims(
     shim_dir: Path, compiler: Compiler, *, flags: Sequence[str], log: Path,
-    cross: CrossTools | None = None, target: str = DEFAULT_TARGET,
+    cross: CrossTools | None = None, target: str = DEFAULT_TARGET, level: str | None = None,
 ) -> dict[str, str]:
     """Write the wrapper scripts and their config; returns the env vars the build needs.
 
@@ -83,6 +83,7 @@ def write_shims(
         "embed_flags": list(EMBED_FLAGS),
         # zig's driver runs cc1 at -Os for -Oz (capture_wrapper.size_level_flags)
         "oz_flags": list(ZIG_OZ_FLAGS) if compiler.zig else [],
+        "level": level,  # appended to every recorded compile (None: the build's own)
         "log": str(log),
     }
     env: dict[str, str] = {}
@@ -195,11 +196,14 @@ def capture(
     progress: bool = True,
     build_output: int | None = None,
     env: Mapping[str, str] | None = None,
+    level: str | None = None,
 ) -> CaptureResult:
     """Run `build_command` in `cwd` through the recording wrappers, then extract the corpus.
 
     Module names are object paths relative to `cwd`. `flags` are driver flags the target
-    adds to every compile (e.g. `-mthumb`), after the target and CPU. `build_output` is
+    adds to every compile (e.g. `-mthumb`), after the target and CPU. `level` (e.g. `-Oz`)
+    is appended to every compile, overriding the build's own `-O` flags (a configure script
+    that picks `-O2` would otherwise leave its package at -O2); None keeps them. `build_output` is
     passed to subprocess as the build's stdout/stderr (None: inherit, so the user sees it).
     A failed build, or one that compiled nothing, raises CaptureError and writes nothing.
     """
@@ -225,6 +229,7 @@ def capture(
             shim_dir, compiler, flags=[*target_flags(compiler, target, cpu), *flags], log=log,
             cross=cross,
             target=target,
+            level=level,
         ))
         started = time.monotonic()
         try:

@@ -144,13 +144,14 @@ def size_level_flags(args: Sequence[str], oz_flags: Sequence[str]) -> list[str]:
 
 def plan(
     user_args: Sequence[str], cwd: Path, *, target_flags: Sequence[str],
-    embed_flags: Sequence[str], oz_flags: Sequence[str] = (),
+    embed_flags: Sequence[str], oz_flags: Sequence[str] = (), level: str | None = None,
 ) -> tuple[list[str], list[tuple[str, str]]]:
     """Arguments to pass to the driver, and the (source, object) pairs to log if it succeeds.
 
     Only a compile-only invocation of non-assembly sources gets `embed_flags` (not with LTO:
-    its object is the bitcode itself) and, at `-Oz`, `oz_flags`; the pairs are empty for
-    anything else.
+    its object is the bitcode itself), `level` last (so it wins over the build's own `-O`:
+    a corpus for one level, whatever a package's configure picked) and, at `-Oz`,
+    `oz_flags`; the pairs are empty for anything else.
     """
     args = strip_target_flags(user_args)
     seen = expand_response_files(args, cwd)
@@ -165,7 +166,9 @@ def plan(
     else:
         pairs = [(s, os.path.splitext(os.path.basename(s))[0] + ".o") for s in real]
     embed = [] if lto_kind(seen) else list(embed_flags)
-    return [*target_flags, *embed, *args, *size_level_flags(seen, oz_flags)], pairs
+    forced = [level] if level else []
+    return [*target_flags, *embed, *args, *forced,
+            *size_level_flags([*seen, *forced], oz_flags)], pairs
 
 
 _BITCODE_MAGICS = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")
@@ -230,7 +233,7 @@ def main(argv: Sequence[str]) -> int:
     cwd = Path.cwd()
     args, pairs = plan(
         user_args, cwd, target_flags=config["target_flags"], embed_flags=config["embed_flags"],
-        oz_flags=config.get("oz_flags", ()),
+        oz_flags=config.get("oz_flags", ()), level=config.get("level"),
     )
     full = [*driver, *args]
     link = config.get("link")

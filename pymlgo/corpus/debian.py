@@ -566,7 +566,7 @@ def build_package(
                     cpu=target.cpu, flags=target.flags,
                     clang=None if compiler.bundled else str(compiler.path),
                     num_workers=jobs, overwrite=True, progress=False,
-                    build_output=log.fileno(), env=env, exclude=exclude,
+                    build_output=log.fileno(), env=env, exclude=exclude, level=OPT_LEVEL,
                 )
             except CaptureError as exc:
                 log.flush()

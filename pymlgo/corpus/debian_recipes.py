@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 # Bump when the build flags or the layout change for every package: it is in the cache key.
-DEBIAN_FORMAT = 3  # 3: zig's -Oz compiles get -Xclang -Oz (minsize IR, as clang -Oz)
+# 4: every compile recorded at -Oz (appended, over a configure's own -O2/-Os) and, with zig's
+# driver, -Xclang -Oz: minsize bitcode, as clang -Oz writes it
+DEBIAN_FORMAT = 4
 OPT_LEVEL = "-Oz"
 BUILD_DIR = "_mlgo_build"  # out-of-tree build dir of the CMake recipes, inside the copy
 DEPS_DIR = "_deps"  # helper builds of dependencies inside the copy; never in the corpus

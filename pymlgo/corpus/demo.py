@@ -403,7 +403,7 @@ def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True,
                 result = capture(
                     command, staging, cwd=build_dir, target=target.triple, cpu=target.cpu,
                     clang=None if compiler.bundled else str(compiler.path), progress=progress,
-                    build_output=log.fileno(),
+                    build_output=log.fileno(), level=OPT_LEVEL,
                 )
             except CaptureError as exc:
                 tail = log_path.read_text(errors="replace")[-3000:]
