@@ -212,3 +212,50 @@ def test_il_improves_on_its_bc_start(tiny_corpus, executor, compiler):
     end = env.evaluate(algo.policy(), env.names)
     assert second["il/agreement"] > 0.9  # it learned the searched decisions
     assert end < start  # and the cloned policy is smaller than its bc start
+
+
+def test_a_best_of_teacher_labels_each_module_with_its_smallest_rule(
+        tiny_corpus, executor, compiler):
+    from pymlgo.problems.inlining.policies import builtin_policy
+
+    rule = "shift:3:30:3"
+    clang, env = setup_for(tiny_config("bc"), tiny_corpus, executor, compiler)
+    ruled, _ = setup_for(tiny_config("bc", bc={"teacher": rule}), tiny_corpus, executor,
+                         compiler)
+    setup, _ = setup_for(tiny_config("bc", bc={"teacher": f"best:{rule}"}), tiny_corpus,
+                         executor, compiler)
+    sizes = {e.module: e.size for e in env.run([builtin_policy(rule)], env.names)}
+
+    chose = {rule: 0, "default": 0}
+    at = 0
+    for module in sorted(setup.decisions):  # demonstrations follow the modules' order
+        n = setup.decisions[module]
+        labels = setup.demos_train.y[at:at + n]
+        if sizes[module] < setup.baselines[module]:  # the rule's object is smaller here
+            assert np.array_equal(labels, ruled.demos_train.y[at:at + n]), module
+            chose[rule] += 1
+        else:  # -Oz is smaller or equal: clang's own decisions label the module
+            assert np.array_equal(labels, clang.demos_train.y[at:at + n]), module
+            chose["default"] += 1
+        at += n
+    assert at == len(setup.demos_train)
+    assert chose[rule] and chose["default"], chose  # the rule moves modules both ways
+
+
+def test_a_best_of_teacher_keeps_clang_on_ties_and_failures():
+    from pymlgo.train.config import ConfigError
+    from pymlgo.train.env import Episode
+    from pymlgo.train.inlining import best_rules, check_teacher, teacher_rules
+
+    rules = teacher_rules("best:shift:2,never,default")
+    assert rules == ("default", "shift:2", "never")
+    runs = [Episode("a", 0, 100.0, 90.0, 3), Episode("a", 1, 100.0, 80.0, 3),  # never wins
+            Episode("b", 0, 100.0, 100.0, 3), Episode("b", 1, 100.0, 120.0, 3),  # a tie
+            Episode("c", 0, 100.0, None, 3, error="timeout"),  # failed: not chosen
+            Episode("d", 0, 100.0, 95.0, 3), Episode("d", 1, 100.0, 99.0, 3)]
+    assert best_rules(runs, rules) == {"a": "never", "b": "default", "d": "shift:2"}
+    assert teacher_rules("shift:2:30:3") == ("shift:2:30:3",)
+    with pytest.raises(ConfigError, match="besides default"):
+        check_teacher("best:default")
+    with pytest.raises(ConfigError, match="built-in policy"):
+        check_teacher("best:shift:2,bogus")

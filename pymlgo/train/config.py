@@ -187,6 +187,9 @@ class BCConfig:
     # "shift:2:30:3" that decides from the features: it labels every call site recorded
     # under -Oz. Those are -Oz's call sites, not the ones the teacher's own compiles would
     # meet (the first step of DAgger); a rule is a start, search and training go on from it.
+    # "best:R1,R2,..." chooses per module: clang's own decisions and each rule are compiled
+    # on every training and validation module once, and the one whose object is smallest
+    # labels that module (clang's on a tie), so the teacher grows no module it labels.
     # (checked by the problem's training hooks: inlining's built-ins; regalloc has none)
     teacher: str = "default"
 

@@ -45,18 +45,71 @@ if TYPE_CHECKING:
     from pymlgo.workers.protocol import Executor, WorkSpec
 
 
-def _demonstrations(episodes: list[Episode], vocab: Vocab, teacher: str) -> Demonstrations:
+BEST_OF_PREFIX = "best:"
+
+
+def teacher_rules(teacher: str) -> tuple[str, ...]:
+    """The rules a teacher chooses among per module: `best:R1,R2,...` is clang's own
+    decision (`default`, first, so a tie keeps it) and R1, R2, ...; any other teacher is
+    that one rule."""
+    if not teacher.startswith(BEST_OF_PREFIX):
+        return (teacher,)
+    rules = [r.strip() for r in teacher.removeprefix(BEST_OF_PREFIX).split(",") if r.strip()]
+    default = HeuristicPolicy().name
+    return (default, *dict.fromkeys(r for r in rules if r != default))
+
+
+def check_teacher(teacher: str) -> None:
+    """ConfigError unless every rule of `teacher` is a built-in that decides from the
+    features (and a best-of teacher names at least one besides `default`)."""
+    rules = teacher_rules(teacher)
+    if teacher.startswith(BEST_OF_PREFIX) and len(rules) < 2:
+        raise ConfigError(f"bc.teacher {teacher!r}: name the rules to choose among besides "
+                          "default, e.g. best:shift:2:30:3,shift:2")
+    for rule in rules:
+        try:
+            builtin_policy(rule)
+        except ValueError as exc:
+            raise ConfigError(f"bc.teacher must be a built-in policy that decides from the "
+                              f"features, or best:RULE,...: {exc}") from None
+
+
+def best_rules(runs: list[Episode], rules: tuple[str, ...]) -> dict[str, str]:
+    """Per module, the rule whose compile was smallest: `runs` are the compiles of rules[1:]
+    (member k is rules[k + 1]); rules[0], clang's own, is the module's baseline, and wins
+    ties and modules where a rule failed."""
+    best: dict[str, tuple[float, str]] = {}
+    for e in runs:
+        if not e.ok or e.size is None:
+            continue
+        current = best.get(e.module, (e.baseline, rules[0]))
+        if e.size < current[0]:
+            current = (e.size, rules[e.member + 1])
+        best[e.module] = current
+    return {m: rule for m, (_, rule) in best.items()}
+
+
+def _demonstrations(episodes: list[Episode], vocab: Vocab,
+                    teacher: str | Mapping[str, str]) -> Demonstrations:
     """Raw inputs (embeddings included) and the label of every recorded call site: clang's
-    decision, or what the built-in policy `teacher` decides from its features."""
+    decision, or what the built-in policy `teacher` (per module, when a mapping: modules it
+    does not name get clang's) decides from its features."""
     ok = [e for e in episodes if e.ok and e.actions is not None and len(e.actions)]
     if not ok:
         return Demonstrations(np.zeros((0, vocab.raw_width)), np.zeros(0, dtype=np.float32))
     x = np.concatenate([inputs(vocab.raw_features, e) for e in ok])
-    if teacher == HeuristicPolicy().name:
-        y = np.concatenate([inputs((DEFAULT_FEATURE,), e)[:, 0] for e in ok])
-    else:
-        rule = builtin_policy(teacher)
-        y = np.concatenate([_teacher_labels(rule, e) for e in ok])
+    default = HeuristicPolicy().name
+    per_module = {} if isinstance(teacher, str) else teacher
+    rules: dict[str, Policy] = {}
+    labels = []
+    for e in ok:
+        name = teacher if isinstance(teacher, str) else per_module.get(e.module, default)
+        if name == default:
+            labels.append(inputs((DEFAULT_FEATURE,), e)[:, 0])
+        else:
+            rule = rules.setdefault(name, builtin_policy(name))
+            labels.append(_teacher_labels(rule, e))
+    y = np.concatenate(labels)
     return Demonstrations(x=x, y=(y != 0).astype(np.float32))
 
 
@@ -135,11 +188,7 @@ class InliningTraining:
         if config.reward_weighting == "cost":
             raise ConfigError("reward_weighting = 'cost' weighs by the register allocator's "
                               "stock cost; inlining weighs by -Oz bytes: 'bytes'")
-        try:
-            builtin_policy(config.bc.teacher)
-        except ValueError as exc:
-            raise ConfigError(f"bc.teacher must be a built-in policy that decides from the "
-                              f"features: {exc}") from None
+        check_teacher(config.bc.teacher)
 
     def load_sources(self, config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
         return load_sources(config, corpus, compiler.version)
@@ -203,7 +252,17 @@ class InliningTraining:
             params = init_mlp(vocab.input_dim, config.hidden, rng)
             initial = InliningPolicy(vocab=vocab, params=params, hidden=config.hidden,
                                      name=f"mlgo-{config.algo}", ir2vec_vocab=ir2vec)
-        teacher = config.bc.teacher
+        teacher: str | dict[str, str] = config.bc.teacher
+        rules = teacher_rules(config.bc.teacher)
+        if len(rules) > 1:
+            # compiled once per run (setup.pkl keeps the demonstrations)
+            say(f"bc.teacher {config.bc.teacher}: {', '.join(rules[1:])} compiled on "
+                f"{len(usable)} modules, the smallest object's rule labels each")
+            env = TrainEnv(executor, spec, jobs, baselines)
+            runs = env.run([builtin_policy(r) for r in rules[1:]], usable)
+            teacher = best_rules(runs, rules)
+            picked = {r: sum(1 for m in usable if teacher.get(m, rules[0]) == r) for r in rules}
+            say("teacher's choices: " + ", ".join(f"{r} {n}" for r, n in picked.items()))
         demos_train = _demonstrations(train_eps, initial.vocab, teacher)
         demos_val = _demonstrations(val_eps, initial.vocab, teacher) if val_eps else None
         warm_scalars: dict[str, float] = {}
