@@ -312,3 +312,29 @@ def test_an_invalid_exclude_regex_is_refused_before_the_build_runs(tmp_path: Pat
     assert not (project / "build-ran").exists()
     assert not list(project.rglob("*.o"))
     assert not (tmp_path / "c").exists()
+
+
+def test_a_stopped_capture_leaves_no_build_process_behind(tmp_path: Path) -> None:
+    """SIGTERM to `mlgo corpus capture` (what `kill` and `timeout` send) ends the build's
+    whole process group, not only pymlgo: a killed make leaves its compiles running."""
+    import signal
+    import time
+
+    project = tmp_path / "project"
+    project.mkdir()
+    marker = tmp_path / "still-running"
+    # a "compile" that outlives its make unless its process group is ended
+    (project / "Makefile").write_text(
+        f"all:\n\tsh -c 'sleep 3; touch {marker}' & sleep 60\n")
+    proc = subprocess.Popen([sys.executable, "-m", "pymlgo.cli.main", "corpus", "capture",
+                             "--output_dir", str(tmp_path / "out"), "--no_progress", "--",
+                             "make"], cwd=project, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    time.sleep(3)
+
+    assert proc.returncode != 0
+    assert not marker.exists()
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -13,13 +13,16 @@ build is refused, saying why.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -181,6 +184,34 @@ def _thinlto(compiler: Compiler, entries: list[dict[str, Any]], log: Path, workd
     return backends.entries, backends.skipped
 
 
+def run_build(command: list[str], *, cwd: Path, env: Mapping[str, str],
+              output: int | None) -> subprocess.CompletedProcess[bytes]:
+    """Run a build in its own process group, and end the whole group if pymlgo is stopped
+    (Ctrl-C, or SIGTERM as `kill` and `timeout` send): a killed `make` leaves its running
+    compiles behind otherwise, and they go on using the cores."""
+    proc = subprocess.Popen(command, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+                            stdout=output, stderr=subprocess.STDOUT if output else None,
+                            start_new_session=True)
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        proc.wait()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return subprocess.CompletedProcess(command, proc.returncode)
+
+
 def capture(
     build_command: Sequence[str],
     output_dir: str | os.PathLike[str],
@@ -233,11 +264,8 @@ def capture(
         ))
         started = time.monotonic()
         try:
-            proc = subprocess.run(
-                list(build_command), cwd=workdir, env=build_env, stdin=subprocess.DEVNULL,
-                stdout=build_output, stderr=subprocess.STDOUT if build_output else None,
-                check=False,
-            )
+            proc = run_build(list(build_command), cwd=workdir, env=build_env,
+                             output=build_output)
         except OSError as exc:
             raise CaptureError(f"cannot run build command {build_command[0]!r}: {exc}") from exc
         build_seconds = time.monotonic() - started
