@@ -83,6 +83,15 @@ def assert_one_error_line(res: subprocess.CompletedProcess[str], starts_with: st
 
 
 @pytest.fixture(scope="session")
+def demo_o2_corpus_dir() -> Path:
+    """The demo corpus recorded at -O2, the level register allocation compiles at (at -Oz
+    the functions are minsize, and the priority advisor is asked nothing)."""
+    from pymlgo.corpus.demo import ensure_demo_corpus
+
+    return ensure_demo_corpus(progress=False, level="-O2")
+
+
+@pytest.fixture(scope="session")
 def train_corpus(demo_corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo modules every problem's shared run trains on (tests/train_runs.py)."""
     from tests.test_train_algorithms import copy_demo_subset
@@ -93,16 +102,29 @@ def train_corpus(demo_corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory
 
 
 @pytest.fixture(scope="session")
-def trained(train_corpus: Path, tmp_path_factory: pytest.TempPathFactory
+def train_corpus_o2(demo_o2_corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same modules recorded at -O2, for the register allocation problems' runs."""
+    from tests.test_train_algorithms import copy_demo_subset
+    from tests.train_runs import MODULES
+
+    return copy_demo_subset(demo_o2_corpus_dir,
+                            tmp_path_factory.mktemp("train-runs-o2") / "corpus", MODULES)
+
+
+@pytest.fixture(scope="session")
+def trained(train_corpus: Path, train_corpus_o2: Path, tmp_path_factory: pytest.TempPathFactory
             ) -> Callable[[str], Run]:
     """`trained(problem)`: the problem's uninterrupted `mlgo train` run (tests/train_runs.py),
-    trained once per session."""
+    trained once per session on the training modules recorded at the problem's level."""
+    from pymlgo.problems import registry
     from tests.train_runs import Run, config_text, mlgo_train
 
     runs: dict[str, Run] = {}
+    by_level = {"-Oz": train_corpus, "-O2": train_corpus_o2}
 
     def run(problem: str) -> Run:
         if problem not in runs:
+            train_corpus = by_level[registry.problem(problem).opt_level]
             root = tmp_path_factory.mktemp(f"run-{problem}")
             config = root / "ppo.toml"
             config.write_text(config_text(problem))

@@ -21,8 +21,8 @@ MODULE = "zstd/lib/compress/hist"
 
 
 @pytest.fixture(scope="module")
-def env(demo_corpus_dir):
-    e = RegallocEvictionEnv(demo_corpus_dir, modules=[MODULE])
+def env(demo_o2_corpus_dir):
+    e = RegallocEvictionEnv(demo_o2_corpus_dir, modules=[MODULE])
     yield e
     e.close()
 
@@ -31,8 +31,8 @@ def test_gymnasium_env_checker_passes(env):
     check_env(env, skip_render_check=True)
 
 
-def test_spaces_come_from_the_eviction_header(demo_corpus_dir):
-    env = gym.make(pymlgo.env.REGALLOC_EVICTION_ID, corpus=demo_corpus_dir, modules=[MODULE])
+def test_spaces_come_from_the_eviction_header(demo_o2_corpus_dir):
+    env = gym.make(pymlgo.env.REGALLOC_EVICTION_ID, corpus=demo_o2_corpus_dir, modules=[MODULE])
     try:
         n = env.action_space.n
         assert n >= 2

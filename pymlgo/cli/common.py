@@ -63,12 +63,12 @@ ALLOW_FLAGS_ENV = "MLGO_ALLOW_FLAGS"
 
 
 def resolve_corpus(spec: str, *, command_override: Sequence[str] | None = None,
-                   clang: str | None = None) -> Corpus:
+                   clang: str | None = None, level: str = "-Oz") -> Corpus:
     """Load the corpus at `spec` (or the demo one, built by `clang`: another clang
-    cannot compile the bundled one's modules). $MLGO_ALLOW_FLAGS (space-separated) accepts cc1 flags
-    outside the corpus flag allowlist that the user has checked. `command_override` replaces
-    every module's command (driver flags are translated with `clang`, default: $MLGO_CLANG
-    or the bundled one)."""
+    cannot compile the bundled one's modules, and recorded at `level`, the problem's).
+    $MLGO_ALLOW_FLAGS (space-separated) accepts cc1 flags outside the corpus flag allowlist
+    that the user has checked. `command_override` replaces every module's command (driver
+    flags are translated with `clang`, default: $MLGO_CLANG or the bundled one)."""
     allow = os.environ.get(ALLOW_FLAGS_ENV, "").split()
     root: str | Path = spec
     name, _, target = spec.partition(":")
@@ -76,7 +76,7 @@ def resolve_corpus(spec: str, *, command_override: Sequence[str] | None = None,
         from pymlgo.corpus.demo import ensure_demo_corpus
         from pymlgo.corpus.targets import HOST_TARGET
 
-        root = ensure_demo_corpus(target=target or HOST_TARGET, clang=clang)
+        root = ensure_demo_corpus(target=target or HOST_TARGET, clang=clang, level=level)
     return load_corpus(root, allow_flags=allow, command_override=command_override,
                        clang=clang)
 

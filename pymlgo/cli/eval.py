@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         compiler = find_compiler(args.clang)
         policy = load_policy(args.policy, problem=problem, seed=args.seed)
         corpus = common.resolve_corpus(args.corpus, command_override=flags.command_override,
-                                       clang=args.clang)
+                                       clang=args.clang, level=problem.opt_level)
     except (CompilerError, ValueError, OSError) as exc:
         print(f"mlgo eval: {exc}", file=sys.stderr)
         return 2

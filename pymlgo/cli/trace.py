@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
         compiler = find_compiler(args.clang)
         policy = load_policy(args.policy, problem=args.problem, seed=args.seed)
         problem.check_trace_policy(policy)
-        corpus = common.resolve_corpus(args.corpus, command_override=override, clang=args.clang)
+        corpus = common.resolve_corpus(args.corpus, command_override=override, clang=args.clang,
+                                       level=problem.opt_level)
         options = _ir2vec_options(args.ir2vec)
     except (CompilerError, ValueError, OSError) as exc:
         print(f"mlgo trace: {exc}", file=sys.stderr)

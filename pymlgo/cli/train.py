@@ -180,10 +180,11 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         workers = common.default_workers(args.workers) if args.cluster is None else args.workers
         override = config.compile.command_override
+        level = registry.problem(config.problem).opt_level
         corpus = common.resolve_corpus(args.corpus, clang=args.clang,
-                                       command_override=override)
+                                       command_override=override, level=level)
         common.warn_about_relaxation("mlgo train", corpus)
-        common.warn_about_level("mlgo train", corpus, registry.problem(config.problem).opt_level)
+        common.warn_about_level("mlgo train", corpus, level)
         options = RunOptions(workers=workers, cluster=args.cluster, clang=args.clang,
                              timeout=args.timeout, tensorboard=args.tensorboard)
         result = train(config, corpus, args.output_dir, options=options)

@@ -123,16 +123,21 @@ def cache_root() -> Path:
     return Path.home() / ".cache" / "pymlgo"
 
 
-def demo_version(compiler: Compiler, target: Target = HOST_TARGET) -> str:
+def demo_version(compiler: Compiler, target: Target = HOST_TARGET,
+                 level: str = OPT_LEVEL) -> str:
     """Cache key: the demo recipe, the compiler that made the bitcode (newer LLVM reads
-    older bitcode, not the reverse) and the target (x86-64's keeps its old name)."""
+    older bitcode, not the reverse), the target (x86-64's keeps its old name) and the level
+    the bitcode was recorded at (-Oz's keeps its old name)."""
     suffix = "" if target == HOST_TARGET else f"-{target.name}"
+    if level != OPT_LEVEL:
+        suffix += level
     return f"{DEMO_FORMAT}-clang{compiler.version}{suffix}"
 
 
-def demo_cache_dir(compiler: Compiler | None = None, target: Target = HOST_TARGET) -> Path:
+def demo_cache_dir(compiler: Compiler | None = None, target: Target = HOST_TARGET,
+                   level: str = OPT_LEVEL) -> Path:
     compiler = compiler or find_compiler()
-    return cache_root() / f"demo-{demo_version(compiler, target)}"
+    return cache_root() / f"demo-{demo_version(compiler, target, level)}"
 
 
 def _say(progress: bool, msg: str) -> None:
@@ -383,9 +388,9 @@ def _is_demo_corpus(path: Path) -> bool:
 
 
 def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True,
-                      target: Target = HOST_TARGET) -> Path:
+                      target: Target = HOST_TARGET, level: str = OPT_LEVEL) -> Path:
     """Download (if needed) and build the demo corpus for `target` into `out` (all or
-    nothing)."""
+    nothing), every unit recorded at `level`."""
     sdists = download_sdists(cache_root() / "sdists", progress=progress)
     started = time.monotonic()
     with (
@@ -395,7 +400,7 @@ def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True,
         build_dir = Path(tmp)
         units = units_for(target, prepare_sources(sdists, build_dir))
         command = write_build_files(build_dir, units)
-        _say(progress, f"building {len(units)} C translation units at {OPT_LEVEL} for "
+        _say(progress, f"building {len(units)} C translation units at {level} for "
              f"{target.triple} with clang {compiler.version} ({' '.join(command)})")
         log_path = build_dir / "build.log"
         with log_path.open("w") as log:
@@ -403,7 +408,7 @@ def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True,
                 result = capture(
                     command, staging, cwd=build_dir, target=target.triple, cpu=target.cpu,
                     clang=None if compiler.bundled else str(compiler.path), progress=progress,
-                    build_output=log.fileno(), level=OPT_LEVEL,
+                    build_output=log.fileno(), level=level,
                 )
             except CaptureError as exc:
                 tail = log_path.read_text(errors="replace")[-3000:]
@@ -420,7 +425,7 @@ def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True,
             "cpu": target.cpu,
             **({"target_flags": list(target.flags)} if target.flags else {}),
             **({"freestanding": sorted(FREESTANDING_UNITS)} if target.freestanding else {}),
-            "opt_level": OPT_LEVEL,
+            "opt_level": level,
             "build_seconds": round(time.monotonic() - started, 1),
             "packages": {
                 s.package: {"project": s.project, "version": s.version, "sha256": s.sha256,
@@ -441,9 +446,12 @@ def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True,
 
 def ensure_demo_corpus(out_dir: Path | None = None, *, progress: bool = True,
                        target: Target | str = HOST_TARGET,
-                       clang: str | os.PathLike[str] | None = None) -> Path:
+                       clang: str | os.PathLike[str] | None = None,
+                       level: str = OPT_LEVEL) -> Path:
     """The demo corpus directory for `target` (a Target or its name), built with `clang`
-    (as --clang: None is $MLGO_CLANG or the bundled one) and cached on first use.
+    (as --clang: None is $MLGO_CLANG or the bundled one) and cached on first use, its
+    bitcode recorded at `level` (the front end marks functions for it: -Oz for inlining,
+    -O2 for register allocation; `corpus/front_end_level.py`).
 
     The cache is kept per compiler version: a module's cc1 command holds its compiler's
     flags, and an older clang cannot read a newer one's bitcode. With `out_dir`, the cached
@@ -453,7 +461,7 @@ def ensure_demo_corpus(out_dir: Path | None = None, *, progress: bool = True,
     if isinstance(target, str):
         target = named_target(target)
     compiler = find_compiler(clang)
-    cache = demo_cache_dir(compiler, target)
+    cache = demo_cache_dir(compiler, target, level)
     if not _is_demo_corpus(cache):
         with _locked(cache_root() / ".demo.lock"):
             if not _is_demo_corpus(cache):
@@ -463,7 +471,7 @@ def ensure_demo_corpus(out_dir: Path | None = None, *, progress: bool = True,
                               *cache.parent.glob(f"..{cache.name}.*")]:
                     shutil.rmtree(stale, ignore_errors=True)
                 build_demo_corpus(cache, compiler=compiler, progress=progress,
-                                  target=target)
+                                  target=target, level=level)
     if out_dir is None:
         return cache
     out = Path(out_dir).absolute()

@@ -48,9 +48,10 @@ def load_jobs(
     corpus: str | Path | Corpus | None,
     jobs: Sequence[CompileJob] | None,
     modules: Sequence[str] | None,
+    level: str = "-Oz",
 ) -> tuple[CompileJob, ...]:
-    """The env's modules: given `jobs`, or a corpus ("demo", a directory or a `Corpus`),
-    optionally restricted to `modules`."""
+    """The env's modules: given `jobs`, or a corpus ("demo": recorded at `level`, a
+    directory or a `Corpus`), optionally restricted to `modules`."""
     if jobs is not None:
         if corpus is not None:
             raise ValueError("pass either corpus or jobs, not both")
@@ -66,7 +67,7 @@ def load_jobs(
         elif str(corpus) == DEMO_CORPUS and not Path(corpus).exists():
             from pymlgo.corpus.demo import ensure_demo_corpus
 
-            loaded = load_corpus(ensure_demo_corpus(progress=False))
+            loaded = load_corpus(ensure_demo_corpus(progress=False, level=level))
         else:
             loaded = load_corpus(corpus)
         if modules is not None:
@@ -88,6 +89,7 @@ class CompilerEnv(gym.Env[dict[str, np.ndarray], np.int64]):
     """Base class: subclasses give the compile command, the action space and the reward."""
 
     metadata: dict[str, Any] = {"render_modes": []}
+    opt_level = "-Oz"  # the level the env compiles at, so the demo corpus recorded at it
 
     def __init__(
         self,
@@ -102,7 +104,7 @@ class CompilerEnv(gym.Env[dict[str, np.ndarray], np.int64]):
         super().__init__()
         self.config = config
         self.compiler = compiler if compiler is not None else find_compiler(clang)
-        self.jobs = load_jobs(corpus, jobs, modules)
+        self.jobs = load_jobs(corpus, jobs, modules, self.opt_level)
         self._by_name = {j.module: j for j in self.jobs}
         self._session: CompilerSession | None = None
         self._job: CompileJob | None = None

@@ -34,6 +34,8 @@ from pymlgo.workers.protocol import WorkSpec
 
 
 class RegallocEvictionEnv(CompilerEnv):
+    opt_level = OPT_LEVEL  # -O2: the demo corpus it loads is recorded at -O2 too
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._baselines: dict[str, ModuleResult] = {}
         super().__init__(*args, **kwargs)
