@@ -216,6 +216,25 @@ def test_cmake_probe_objects_are_left_out(tmp_path: Path) -> None:
     assert load_corpus(tmp_path / "c").names == ("app",)
 
 
+def test_cmakes_lto_probe_does_not_make_a_plain_build_a_thinlto_one(tmp_path: Path) -> None:
+    # CheckIPOSupported compiles a probe with -flto=thin; ninja's build then used no LTO, and
+    # the probe's bitcode object made the capture refuse every other module (stop 35)
+    probe = "_build/CMakeFiles/_CMakeLTOTest-CXX/bin/CMakeFiles/foo.dir/foo"
+    files = {
+        "app.c": "int app(int x) { return x + 42; }\n",
+        f"{probe}.c": "int foo(void) { return 2; }\n",
+        "Makefile": f"all: app.o {probe}.o\n"
+                    f"{probe}.o: {probe}.c\n\t$(CC) -flto=thin -c $< -o $@\n"
+                    "app.o: app.c\n\t$(CC) -c $< -o $@\n",
+    }
+    project = write_project(tmp_path / "p", files)
+
+    capture(["make"], tmp_path / "c", cwd=project, progress=False,
+            build_output=subprocess.DEVNULL)
+
+    assert load_corpus(tmp_path / "c").names == ("app",)
+
+
 # --- the wrapper's decisions, one invocation at a time -----------------------------------------
 
 TARGET = ["-target", "x86_64-linux-gnu", "-mcpu=baseline"]

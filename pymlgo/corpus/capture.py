@@ -40,7 +40,10 @@ DEFAULT_CPU = "baseline"
 EMBED_FLAGS = ("-Xclang", "-fembed-bitcode=all")
 ZIG_OZ_FLAGS = ("-Xclang", "-Oz")
 # Objects that configure steps compile to probe the compiler; never part of the program.
-DEFAULT_EXCLUDE = r"(^|/)(CMakeFiles/CMakeScratch/|CMakeFiles/[^/]+/CompilerId|conftest)"
+# CMake's probes (try_compile scratch, compiler id, CheckIPOSupported's _CMakeLTOTest-LANG
+# project: a -flto=thin compile in a build that may then use no LTO) and autoconf's conftest.
+DEFAULT_EXCLUDE = (r"(^|/)(CMakeFiles/CMakeScratch/|CMakeFiles/[^/]+/CompilerId|"
+                   r"CMakeFiles/_CMakeLTOTest-|conftest)")
 _C_NAMES = ("cc", "gcc", "clang")
 _CXX_NAMES = ("c++", "g++", "clang++")
 
