@@ -8,7 +8,8 @@ them, and the back end still generates the recorded level's code. A module recor
 measured 136,665 bytes that way against 119,922 from `zig cc -Oz -Xclang -Oz`, and a
 policy's gains there do not carry over (the demo corpus, the shift rules: -3.5% on
 `-Os` bitcode, +0.01% on `-Oz` bitcode). `zig cc -Oz` records `-Os` (zig hands cc1 `-Os`);
-`mlgo corpus capture` adds `-Xclang -Oz` since pymlgo 0.1 (demo format 3).
+`mlgo corpus capture` adds `-Xclang -Oz` (corpora recorded since the demo's format 3 and
+the Debian corpus' format 4).
 This module only finds the modules whose marks differ; a recapture is the cure.
 """
 
