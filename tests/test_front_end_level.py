@@ -165,3 +165,33 @@ def test_capture_with_opt_level_records_a_configure_picked_o2_at_oz(
 
     assert recorded_level(module.cmd) == "-Oz"
     assert "minsize" in _ir_attributes(compiler, module.bc_path, tmp_path)
+
+
+def test_corpus_debian_records_every_compile_at_its_level_one_level_per_directory(
+        tmp_path: Path) -> None:
+    from pymlgo.corpus.debian import DebianConfig, build_debian_corpora, build_key, fetch_source
+    from pymlgo.corpus.debian_recipes import Recipe
+    from pymlgo.corpus.targets import HOST_TARGET, TargetError
+    from tests.test_corpus_debian import write_tree
+
+    # a package whose own Makefile picks -O2, as curl's configure does
+    write_tree(tmp_path / "src" / "pick" / "pick-1", {
+        "debian/control": "", "pick.c": SOURCE,
+        "Makefile": "pick.o: pick.c\n\t$(CC) $(CFLAGS) -O2 -c pick.c -o pick.o\n"})
+    recipes = {"pick": Recipe("pick", "c", (("make",),))}
+
+    def build(out: str, level: str) -> list[str | None]:
+        config = DebianConfig(output_dir=tmp_path / out, src_cache=tmp_path / "src",
+                              build_root=tmp_path / "build", progress=False, level=level)
+        (res,) = build_debian_corpora(["pick"], config, recipes=recipes,
+                                      fetch=lambda p, c: fetch_source(p, c, progress=False))
+        assert res.status in ("built", "cached"), res.error
+        return [recorded_level(m.cmd) for m in load_corpus(tmp_path / out).modules]
+
+    assert build("oz", "-Oz") == ["-Oz"]  # the default: the inlining problem's level
+    assert build("o2", "-O2") == ["-O2"]  # register allocation's
+    recipe = recipes["pick"]
+    assert build_key(recipe, HOST_TARGET, "-Oz") == recipe.key()  # -Oz keys stand
+    assert build_key(recipe, HOST_TARGET, "-O2") != recipe.key()
+    with pytest.raises(TargetError, match="never mixes levels"):
+        build("o2", "-Oz")

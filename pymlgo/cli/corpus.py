@@ -301,6 +301,10 @@ def _add_debian(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                    help="what to build for (default: x86_64): " + _targets_help())
     p.add_argument("--clang", default=None, metavar="PATH",
                    help="compile with this clang (>= 17) instead of the bundled zig clang")
+    p.add_argument("--opt-level", default="-Oz", metavar="LEVEL", type=_opt_level,
+                   help="record every compile at -OLEVEL (z, s, 0, 1, 2 or 3; default z, the "
+                   "inlining problem's): `--opt-level 2` for register allocation, into its own "
+                   "--output_dir (one corpus never mixes levels)")
     p.add_argument("--no_unity", action="store_true",
                    help="no unity modules (PKG/_unity/...); packages already built with "
                    "them are kept")
@@ -480,7 +484,7 @@ def run_debian(args: argparse.Namespace) -> int:
             packages,
             DebianConfig(output_dir=out, jobs=args.jobs, clang=args.clang,
                          progress=not args.no_progress, unity=not args.no_unity,
-                         target=named_target(args.target),
+                         target=named_target(args.target), level=args.opt_level,
                          versions=tuple((pkg, v) for pkg, v in specs if v is not None)),
         )
         langs: Counter[str] = Counter()

@@ -112,6 +112,7 @@ class DebianConfig:
     versions: tuple[tuple[str, str], ...] = ()
     unity: bool = True  # also build each recipe's unity modules
     target: Target = HOST_TARGET
+    level: str = OPT_LEVEL  # every compile recorded at it (-O2 for register allocation)
 
 
 def _say(progress: bool, msg: str) -> None:
@@ -367,13 +368,19 @@ def _read_info(sub: Path) -> dict[str, object] | None:
     return info if isinstance(info, dict) else None
 
 
-def build_key(recipe: Recipe, target: Target = HOST_TARGET) -> str:
-    """Cache key of a package's build: its recipe, and for another target than x86-64 the
-    target and how builds are made to cross-compile (x86-64's keys stay the recipe's own,
-    so sub-corpora built before targets existed stand)."""
-    if target == HOST_TARGET:
+def build_key(recipe: Recipe, target: Target = HOST_TARGET, level: str = OPT_LEVEL) -> str:
+    """Cache key of a package's build: its recipe, for another target than x86-64 the
+    target and how builds are made to cross-compile, and for another level than -Oz the
+    level (x86-64 -Oz keys stay the recipe's own, so sub-corpora built before targets and
+    levels existed stand)."""
+    if target == HOST_TARGET and level == OPT_LEVEL:
         return recipe.key()
-    blob = json.dumps([recipe.key(), CROSS_FORMAT, target.as_json()], sort_keys=True)
+    parts: list[object] = [recipe.key()]
+    if target != HOST_TARGET:
+        parts += [CROSS_FORMAT, target.as_json()]
+    if level != OPT_LEVEL:
+        parts += ["level", level]
+    blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -386,14 +393,30 @@ def info_target(info: dict[str, object]) -> tuple[str, str, tuple[str, ...]]:
 
 
 def is_built(sub: Path, recipe: Recipe, compiler: Compiler, version: str | None = None,
-             target: Target = HOST_TARGET) -> bool:
-    """Built with this recipe, compiler and target (and, if one is asked for, this Debian
-    version)."""
+             target: Target = HOST_TARGET, level: str = OPT_LEVEL) -> bool:
+    """Built with this recipe, compiler, target and level (and, if one is asked for, this
+    Debian version)."""
     info = _read_info(sub)
-    return (info is not None and info.get("recipe") == build_key(recipe, target)
+    return (info is not None and info.get("recipe") == build_key(recipe, target, level)
+            and info.get("opt_level", OPT_LEVEL) == level
             and info.get("compiler") == compiler.version
             and info_target(info) == target.codegen
             and (version is None or info.get("version") == version))
+
+
+def check_output_level(out: Path, level: str) -> None:
+    """Refuse an output directory whose sub-corpora were recorded at another level: one
+    corpus is one level (each problem compiles at its own, `corpus/front_end_level.py`)."""
+    if not out.is_dir():
+        return
+    others = sorted(sub.name for sub in out.iterdir() if sub.is_dir()
+                    and (info := _read_info(sub)) is not None
+                    and info.get("opt_level", OPT_LEVEL) != level)
+    if others:
+        raise TargetError(
+            f"{out} holds sub-corpora recorded at another level than {level} "
+            f"({', '.join(others[:5])}{', ...' if len(others) > 5 else ''}), and one corpus "
+            "never mixes levels: choose another --output_dir for this level")
 
 
 def check_output_target(out: Path, target: Target) -> None:
@@ -509,8 +532,10 @@ def build_package(
     progress: bool = True,
     unity: bool = True,
     target: Target = HOST_TARGET,
+    level: str = OPT_LEVEL,
 ) -> int:
-    """Build `recipe` on a scratch copy of `source_tree`, capturing the corpus at `out`.
+    """Build `recipe` on a scratch copy of `source_tree`, capturing the corpus at `out`,
+    every compile recorded at `level`.
 
     The copy is `build_root/<pkg>` (default `<cache>/build/debian/<pkg>`, for another target
     `<cache>/build/debian-<target>/<pkg>`), removed afterwards.
@@ -549,7 +574,7 @@ def build_package(
         script = write_build_script(recipe, workdir, jobs=jobs, deps=deps or {})
         env = dict(os.environ)
         # Configure scripts read these; CMake recipes set their own -Oz per build type.
-        env["CFLAGS"] = env["CXXFLAGS"] = OPT_LEVEL
+        env["CFLAGS"] = env["CXXFLAGS"] = level
         env.pop("MAKEFLAGS", None)
         # pkg-config must not hand the build the host's libraries (see debian_recipes).
         env["PKG_CONFIG_LIBDIR"] = str(workdir / DEPS_DIR / "pkgconfig")
@@ -566,7 +591,7 @@ def build_package(
                     cpu=target.cpu, flags=target.flags,
                     clang=None if compiler.bundled else str(compiler.path),
                     num_workers=jobs, overwrite=True, progress=False,
-                    build_output=log.fileno(), env=env, exclude=exclude, level=OPT_LEVEL,
+                    build_output=log.fileno(), env=env, exclude=exclude, level=level,
                 )
             except CaptureError as exc:
                 log.flush()
@@ -605,7 +630,7 @@ def build_package(
                               step="validate") from exc
         info = {
             "package": recipe.package,
-            "recipe": build_key(recipe, target),
+            "recipe": build_key(recipe, target, level),
             "language": recipe.language,
             "steps": [list(s) for s in recipe.steps],
             "extra_steps": [list(s) for s in recipe.extra],
@@ -620,7 +645,7 @@ def build_package(
             "cpu": target.cpu,
             **({"target_flags": list(target.flags)} if target.flags else {}),
             "target_name": target.name,
-            "opt_level": OPT_LEVEL,
+            "opt_level": level,
             "modules": len(read_description(staging)["modules"]),
             "languages": count_languages(staging),
             "duplicates_dropped": duplicates,
@@ -691,9 +716,9 @@ def _disk_bytes(root: Path) -> int:
 
 
 def write_summary(out: Path, results: Sequence[PackageResult], wall_seconds: float,
-                  target: Target = HOST_TARGET) -> Path:
-    """`OUT/debian_summary.json`: the target, modules per package, the C/C++ split,
-    failures, time, disk."""
+                  target: Target = HOST_TARGET, level: str = OPT_LEVEL) -> Path:
+    """`OUT/debian_summary.json`: the target and level, modules per package, the C/C++
+    split, failures, time, disk."""
     langs: dict[str, int] = {}
     for r in results:
         for lang, n in r.languages:
@@ -702,6 +727,7 @@ def write_summary(out: Path, results: Sequence[PackageResult], wall_seconds: flo
     summary = {
         "output_dir": str(out),
         "target": target.as_json(),
+        "opt_level": level,
         "packages": {r.package: {
             "status": r.status, "modules": r.modules, "unity_modules": r.unity_modules,
             "languages": dict(r.languages), "build_minutes": round(r.seconds / 60, 2),
@@ -758,6 +784,7 @@ def build_debian_corpora(
                "with a C library's headers" if hosted else ""))
     compiler = find_compiler(config.clang)
     check_output_target(config.output_dir.absolute(), target)
+    check_output_level(config.output_dir.absolute(), config.level)
     out = _mkdir(config.output_dir.absolute())
     run_started = time.monotonic()
     results: list[PackageResult] = []
@@ -774,7 +801,7 @@ def build_debian_corpora(
         tag = f"[{i}/{len(todo)}] {pkg}"
         log_path = out / LOG_DIR / f"{pkg}.log"
         bar.set_postfix_str(pkg)
-        if is_built(sub, recipe, compiler, versions.get(pkg), target):
+        if is_built(sub, recipe, compiler, versions.get(pkg), target, config.level):
             info = _read_info(sub) or {}
             _dedupe_cached(sub, info)
             res = _result_from_info(pkg, "cached", info,
@@ -793,7 +820,8 @@ def build_debian_corpora(
                      f"{', ' + recipe.note if recipe.note else ''})")
                 build_package(recipe, tree, sub, compiler=compiler, jobs=config.jobs,
                               deps=deps, log_path=log_path, build_root=config.build_root,
-                              progress=config.progress, unity=config.unity, target=target)
+                              progress=config.progress, unity=config.unity, target=target,
+                              level=config.level)
                 secs = time.monotonic() - started
                 res = _result_from_info(pkg, "built", _read_info(sub) or {}, secs,
                                         str(log_path), sub)
@@ -809,11 +837,11 @@ def build_debian_corpora(
         results.append(res)
         if res.status != "failed":
             combine_corpora(out)  # after each package, so a long run is usable early
-        write_summary(out, results, time.monotonic() - run_started, target)
+        write_summary(out, results, time.monotonic() - run_started, target, config.level)
         if on_done is not None:
             on_done(res)
     bar.close()
     if any((p / DESCRIPTION_FILE).is_file() for p in out.iterdir() if p.is_dir()):
         combine_corpora(out)
-    write_summary(out, results, time.monotonic() - run_started, target)
+    write_summary(out, results, time.monotonic() - run_started, target, config.level)
     return results
