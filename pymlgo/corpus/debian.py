@@ -404,40 +404,33 @@ def is_built(sub: Path, recipe: Recipe, compiler: Compiler, version: str | None 
             and (version is None or info.get("version") == version))
 
 
-def check_output_level(out: Path, level: str) -> None:
-    """Refuse an output directory whose sub-corpora were recorded at another level: one
-    corpus is one level (each problem compiles at its own, `corpus/front_end_level.py`)."""
+def check_output(out: Path, target: Target, level: str) -> None:
+    """Refuse an output directory whose sub-corpora were built for another target or
+    recorded at another level: one corpus never mixes targets (a policy would be trained and
+    measured on both) nor levels (each problem compiles at its own,
+    `corpus/front_end_level.py`). Each sub-corpus' info is read once for both."""
     if not out.is_dir():
         return
-    others = sorted(sub.name for sub in out.iterdir() if sub.is_dir()
-                    and (info := _read_info(sub)) is not None
-                    and info.get("opt_level", OPT_LEVEL) != level)
-    if others:
-        raise TargetError(
-            f"{out} holds sub-corpora recorded at another level than {level} "
-            f"({', '.join(others[:5])}{', ...' if len(others) > 5 else ''}), and one corpus "
-            "never mixes levels: choose another --output_dir for this level")
-
-
-def check_output_target(out: Path, target: Target) -> None:
-    """Refuse an output directory whose sub-corpora were built for another target: one
-    corpus never mixes targets (a policy would be trained and measured on both)."""
+    built = [(sub.name, info) for sub in sorted(out.iterdir())
+             if sub.is_dir() and (info := _read_info(sub)) is not None]
     others: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
-    if not out.is_dir():
-        return
-    for sub in sorted(out.iterdir()):
-        info = _read_info(sub) if sub.is_dir() else None
-        built_for = info_target(info) if info is not None else target.codegen
-        if built_for != target.codegen:
-            others.setdefault(built_for, []).append(sub.name)
+    for name, info in built:
+        if info_target(info) != target.codegen:
+            others.setdefault(info_target(info), []).append(name)
     if others:
         (triple, cpu, flags), pkgs = next(iter(others.items()))
-        built = " ".join([triple, f"-mcpu={cpu}", *flags])
+        made_for = " ".join([triple, f"-mcpu={cpu}", *flags])
         raise TargetError(
-            f"{out} holds sub-corpora built for {built} ({', '.join(pkgs[:5])}"
+            f"{out} holds sub-corpora built for {made_for} ({', '.join(pkgs[:5])}"
             f"{', ...' if len(pkgs) > 5 else ''}); this run builds for {target.name} "
             f"({target.describe()}), and one corpus never mixes targets: choose another "
             "--output_dir for this target")
+    at_other = [name for name, info in built if info.get("opt_level", OPT_LEVEL) != level]
+    if at_other:
+        raise TargetError(
+            f"{out} holds sub-corpora recorded at another level than {level} "
+            f"({', '.join(at_other[:5])}{', ...' if len(at_other) > 5 else ''}), and one "
+            "corpus never mixes levels: choose another --output_dir for this level")
 
 
 def missing_tools(recipe: Recipe) -> list[str]:
@@ -783,8 +776,7 @@ def build_debian_corpora(
             + (f": build for {hosted.name} ({hosted.describe()}), the same code generation "
                "with a C library's headers" if hosted else ""))
     compiler = find_compiler(config.clang)
-    check_output_target(config.output_dir.absolute(), target)
-    check_output_level(config.output_dir.absolute(), config.level)
+    check_output(config.output_dir.absolute(), target, config.level)
     out = _mkdir(config.output_dir.absolute())
     run_started = time.monotonic()
     results: list[PackageResult] = []
