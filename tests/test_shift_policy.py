@@ -1,4 +1,4 @@
-"""`shift:DOWN[:UP[:USERS]]`: clang's decision with its inline threshold moved."""
+"""`shift:DOWN[:UP[:USERS[:MAX]]]`: clang's decision with its inline threshold moved."""
 
 from __future__ import annotations
 
@@ -43,13 +43,25 @@ def test_up_takes_refused_call_sites_within_up_above_the_threshold_for_few_user_
     assert decide("shift:0:30", default=0, threshold=5, cost=30, users=10**6) == 1
 
 
+def test_max_leaves_the_call_sites_clang_refuses_far_below_its_threshold_refused():
+    # clang refuses some call sites whose cost is far under the threshold (it defers them);
+    # without MAX they are taken, with MAX 0 only those at or over the threshold are
+    assert decide("shift:0:30:3", default=0, threshold=-19, cost=-280, users=2) == 1
+    assert decide("shift:0:30:3:0", default=0, threshold=-19, cost=-280, users=2) == 0
+    assert decide("shift:0:30:3:0", default=0, threshold=5, cost=5, users=2) == 1  # margin 0
+    assert decide("shift:0:30:3:0", default=0, threshold=5, cost=4, users=2) == 0  # margin 1
+    assert decide("shift:0:30:3:10", default=0, threshold=5, cost=-5, users=2) == 1
+    assert decide("shift:0:30:3:0", default=0, threshold=5, cost=30, users=4) == 0
+    assert decide("shift:2:30:3:0", default=1, threshold=5, cost=4) == 0  # DOWN unchanged
+
+
 def test_shift_zero_is_clangs_own_decision_even_past_the_threshold():
     # clang sometimes takes a call site whose cost is above the threshold it reports
     for default, threshold, cost in ((1, 5, 9), (1, -3, 0), (0, 5, 0), (0, 5, 100)):
         assert decide("shift:0:0", default=default, threshold=threshold, cost=cost) == default
 
 
-@pytest.mark.parametrize("spec", ["shift:", "shift:-1", "shift:x", "shift:1:2:3:4",
+@pytest.mark.parametrize("spec", ["shift:", "shift:-1", "shift:x", "shift:1:2:3:4:5",
                                   "shift:1.5"])
 def test_a_malformed_shift_is_a_clear_error(spec):
     with pytest.raises(ValueError, match="expected shift:DOWN"):
@@ -57,7 +69,7 @@ def test_a_malformed_shift_is_a_clear_error(spec):
 
 
 def test_the_name_round_trips_and_it_is_served_as_a_builtin_that_reads_clangs_decision():
-    for spec in ("shift:2:0", "shift:2:30:3"):
+    for spec in ("shift:2:0", "shift:2:30:3", "shift:2:30:3:0"):
         policy = load_spec(spec)
         assert isinstance(policy, ShiftPolicy) and policy.name == spec
         assert load_spec(policy.name).name == spec

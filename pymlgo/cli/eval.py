@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--policy", default="default",
         help="default (clang's heuristic through the channel), never, always, "
-        "random:P[:SEED], shift:DOWN[:UP[:USERS]] (clang's threshold moved), pretrained:NAME, "
+        "random:P[:SEED], shift:DOWN[:UP[:USERS[:MAX]]] (clang's threshold moved), "
+        "pretrained:NAME, "
         "or a saved policy directory (default: default)",
     )
     p.add_argument("--problem", default=registry.DEFAULT.name, choices=registry.names(),

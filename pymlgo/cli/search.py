@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--policy", default="default",
         help="where the search starts: default (clang's heuristic through the channel, equal "
-        "to -Oz), never, always, random:P[:SEED], shift:DOWN[:UP[:USERS]], pretrained:NAME, "
+        "to -Oz), never, always, random:P[:SEED], shift:DOWN[:UP[:USERS[:MAX]]], pretrained:NAME, "
         "or a saved policy "
         "directory (default: default)",
     )

@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--policy",
         default=None,
         help="inlining: default (clang's heuristic through the channel), never, always, "
-        "random:P[:SEED], shift:DOWN[:UP[:USERS]] (clang's threshold moved), pretrained:NAME, "
+        "random:P[:SEED], shift:DOWN[:UP[:USERS[:MAX]]] (clang's threshold moved), "
+        "pretrained:NAME, "
         "or a saved policy directory (default: default); regalloc-evict: heuristic, "
         "random[:SEED], no-evict or a saved policy (default: heuristic); regalloc-priority: "
         "priority:stage-size, priority:size, priority:random[:SEED] or a saved policy "

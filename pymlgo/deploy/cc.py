@@ -627,8 +627,8 @@ A drop-in C/C++ compiler: CC="mlgo cc" CXX="mlgo c++" make. Compiles with the bu
 -Os (the last -O flag), clang's inliner asks POLICY for every decision through LLVM's
 interactive channel; every other command runs unchanged.
 
-  --mlgo-policy P  default, never, always, random:P[:SEED], shift:DOWN[:UP[:USERS]] (clang's
-                   threshold moved), pretrained:NAME or a saved policy directory
+  --mlgo-policy P  default, never, always, random:P[:SEED], shift:DOWN[:UP[:USERS[:MAX]]]
+                   (clang's threshold moved), pretrained:NAME or a saved policy directory
                    ($MLGO_POLICY; default: pretrained:inlining-oz)
   --clang PATH     a clang >= 17 instead of the bundled one ($MLGO_CLANG)
   --mlgo-guard     ($MLGO_GUARD=1) also compile each policy compile plainly (no policy, same

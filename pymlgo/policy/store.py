@@ -324,7 +324,7 @@ def load_policy(spec: str, *, problem: Problem | str = DEFAULT, seed: int = 0) -
 
 def load_spec(spec: str, *, seed: int = 0, problem: Problem | None = None) -> Policy:
     """An inlining policy spec: a built-in (default, never, always, random:P[:SEED],
-    shift:DOWN[:UP[:USERS]]),
+    shift:DOWN[:UP[:USERS[:MAX]]]),
     `pretrained:NAME`, or a saved policy directory. `seed` seeds stochastic policies.
 
     Built-in names win over a directory of the same name: write `./default` for that.

@@ -32,7 +32,7 @@ BUILTINS = (
     Builtin("never", "never", reads_default=False),
     Builtin("always", "always", reads_default=False),
     Builtin(RANDOM_PREFIX, "random:P[:SEED]", reads_default=False),
-    Builtin(SHIFT_PREFIX, "shift:DOWN[:UP[:USERS]]", reads_default=True),
+    Builtin(SHIFT_PREFIX, "shift:DOWN[:UP[:USERS[:MAX]]]", reads_default=True),
 )
 USAGE = ", ".join(b.usage for b in BUILTINS)
 

@@ -1,5 +1,5 @@
-"""Built-in inlining policies: default, never, always, random:P[:SEED], shift:DOWN[:UP[:USERS]]
-(names in `builtin_specs`)."""
+"""Built-in inlining policies: default, never, always, random:P[:SEED],
+shift:DOWN[:UP[:USERS[:MAX]]] (names in `builtin_specs`)."""
 
 from __future__ import annotations
 
@@ -82,6 +82,7 @@ class RandomPolicy:
 # What a shift policy reads: clang's decision, and the two numbers it compares.
 _SHIFT_FEATURES = (DEFAULT_FEATURE, "cost_estimate", "threshold", "callee_users")
 ANY_USERS = 2**62  # shift's USERS when not given: no limit on the callee's users
+ANY_MARGIN = 2**62  # shift's MAX when not given: refused call sites taken however far below
 
 
 @dataclass(frozen=True)
@@ -91,9 +92,12 @@ class ShiftPolicy:
 
     - `down`: refuse a call site clang takes when its margin is below `down`;
     - `up`: take a call site clang refuses when its margin is above `-up` and its callee has
-      at most `users` users (clang also refuses some call sites far below the threshold,
-      e.g. the last call to a static function it defers to a caller's inlining; those are
-      taken too).
+      at most `users` users;
+    - `max`: ... and its margin is at most `max`. Clang also refuses call sites whose cost is
+      far below its threshold (margins in the hundreds: it defers them to the caller's own
+      inlining into its callers), and taking those can grow an object by half (measured in
+      the README); `max` 0 takes only the ones the cost model rates at or over the
+      threshold. Not given: no limit.
 
     `shift:0:0` is clang's own decision. Why it exists: on C++ test code, the inlines clang
     makes exactly at its threshold (margin 0) grow the object (measured in the README).
@@ -102,21 +106,24 @@ class ShiftPolicy:
     down: int = 0
     up: int = 0
     users: int = ANY_USERS
+    max: int = ANY_MARGIN
     required_features: tuple[str, ...] = _SHIFT_FEATURES
 
     @property
     def name(self) -> str:
-        users = "" if self.users == ANY_USERS else f":{self.users}"
-        return f"{SHIFT_PREFIX}{self.down}:{self.up}{users}"
+        users = "" if self.users == ANY_USERS and self.max == ANY_MARGIN else f":{self.users}"
+        most = "" if self.max == ANY_MARGIN else f":{self.max}"
+        return f"{SHIFT_PREFIX}{self.down}:{self.up}{users}{most}"
 
     def for_module(self, module: str) -> Decide:
-        down, up, users = self.down, self.up, self.users
+        down, up, users, most = self.down, self.up, self.users, self.max
 
         def decide(features: Mapping[str, np.ndarray]) -> int:
             margin = _scalar(features, "threshold") - _scalar(features, "cost_estimate")
             if _scalar(features, DEFAULT_FEATURE):
                 return int(down == 0 or margin >= down)
-            return int(up > 0 and margin > -up and _scalar(features, "callee_users") <= users)
+            return int(up > 0 and -up < margin <= most
+                       and _scalar(features, "callee_users") <= users)
 
         return decide
 
@@ -131,9 +138,9 @@ def _shift_policy(spec: str) -> ShiftPolicy:
         values = [int(p) for p in parts]
     except ValueError:
         values = []
-    if not 1 <= len(values) <= 3 or any(v < 0 for v in values):
-        raise ValueError(f"bad shift policy {spec!r}: expected shift:DOWN[:UP[:USERS]], "
-                         "each a whole number >= 0 (e.g. shift:2 or shift:2:30:3)")
+    if not 1 <= len(values) <= 4 or any(v < 0 for v in values):
+        raise ValueError(f"bad shift policy {spec!r}: expected shift:DOWN[:UP[:USERS[:MAX]]], "
+                         "each a whole number >= 0 (e.g. shift:2 or shift:2:30:3:0)")
     down, up, *rest = [*values, 0] if len(values) == 1 else values
     return ShiftPolicy(down, up, *rest)
 
