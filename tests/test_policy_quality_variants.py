@@ -19,5 +19,5 @@ def test_every_shipped_variant_is_a_valid_training_config():
         config = policy_quality._config(name, variants, 0, 10.0, 0.0, "", "package")
         assert config.algo == variants[name]["algo"]
     shipped = policy_quality._config("bc-shift", variants, 0, 10.0, 0.0, "", "package")
-    assert shipped.bc.teacher == "shift:2:30:3"
+    assert shipped.bc.teacher == "shift:2:30:3:0"
     assert shipped.policy.differences == ("threshold-cost_estimate",)

@@ -28,7 +28,7 @@ hidden = [8]
 quantiles = 50
 differences = ["threshold-cost_estimate"]
 [bc]
-teacher = "shift:2:30:3"
+teacher = "shift:2:30:3:0"
 """
 
 # the shipped eviction config's algorithm and split, reduced to one small iteration
