@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pymlgo.cli.main import main
+from pymlgo.corpus.debian import DebianError, fetch_source
+from pymlgo.corpus.demo import cache_root
+from pymlgo.corpus.format import load_corpus
 from pymlgo.deploy.cc import policy_reads_default, saved_policy_dir
 from pymlgo.policy.store import load_spec
+from pymlgo.problems.base import CompileJob
+from pymlgo.problems.inlining.compile import compile_with_policy
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, ShiftPolicy, builtin_policy
 from tests.test_train_algorithms import copy_demo_subset
 
@@ -94,3 +103,75 @@ def test_real_compiles_shift_zero_is_oz_and_shift_two_changes_only_threshold_mod
                for name in CHANGED)
     assert all(shifted[name]["policy_bytes"] == shifted[name]["baseline_bytes"]
                for name in UNCHANGED)
+
+
+@dataclass
+class _Recording:
+    """A shift policy that also records, per call site, clang's decision, the margin, the
+    callee's users and its own answer (real features, as the compiler sends them)."""
+
+    inner: ShiftPolicy
+    sites: list[tuple[int, int, int, int]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def required_features(self) -> tuple[str, ...]:
+        return self.inner.required_features
+
+    def for_module(self, module: str):
+        decide = self.inner.for_module(module)
+
+        def record(features):
+            answer = decide(features)
+            margin = int(features["threshold"][0]) - int(features["cost_estimate"][0])
+            self.sites.append((int(features[DEFAULT_FEATURE][0]), margin,
+                               int(features["callee_users"][0]), answer))
+            return answer
+
+        return record
+
+
+def _debian_tree(package: str) -> Path:
+    try:
+        return fetch_source(package, cache_root() / "src", progress=False)
+    except DebianError as exc:
+        if "deb-src" in str(exc) or "source URIs" in str(exc):
+            pytest.skip(f"no deb-src line to fetch {package}'s source: {exc}")
+        raise
+
+
+def test_real_compiles_max_leaves_refused_the_call_sites_clang_refuses_far_below_threshold(
+        compiler, tmp_path):
+    # double-conversion's string-to-double.cc (allowlisted) has call sites clang refuses
+    # although their margin is in the tens (measured at stop 36: 2 of them, +68 B taken).
+    tree = _debian_tree("double-conversion")
+    src = tree / "double-conversion" / "string-to-double.cc"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Makefile").write_text(
+        f"s.o: {src}\n\t$(CXX) -Oz -I{src.parent} -c {src} -o s.o\n")
+    out = tmp_path / "corpus"
+    res = subprocess.run([sys.executable, "-m", "pymlgo.cli.main", "corpus", "capture",
+                          "--output_dir", str(out), "--no_progress", "--", "make"],
+                         cwd=project, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    (module,) = load_corpus(out).modules
+    job = CompileJob.from_file(module.name, module.bc_path, module.cmd)
+
+    runs = {}
+    for spec in ("shift:2:30:3", "shift:2:30:3:0"):
+        policy = _Recording(builtin_policy(spec))
+        result = compile_with_policy(compiler, job, policy)
+        assert result.error is None
+        runs[spec] = (policy.sites, result.size)
+
+    def far(sites):  # refused by clang, margin above 0, at most 3 callee users
+        return [s for s in sites if s[0] == 0 and s[1] > 0 and s[2] <= 3]
+
+    unlimited, capped = runs["shift:2:30:3"][0], runs["shift:2:30:3:0"][0]
+    assert far(unlimited) and all(s[3] == 1 for s in far(unlimited))
+    assert far(capped) and all(s[3] == 0 for s in far(capped))
+    assert runs["shift:2:30:3"][1] != runs["shift:2:30:3:0"][1]
