@@ -93,11 +93,12 @@ class ShiftPolicy:
     - `down`: refuse a call site clang takes when its margin is below `down`;
     - `up`: take a call site clang refuses when its margin is above `-up` and its callee has
       at most `users` users;
-    - `max`: ... and its margin is at most `max`. Clang also refuses call sites whose cost is
-      far below its threshold (margins in the hundreds: it defers them to the caller's own
-      inlining into its callers), and taking those can grow an object by half (measured in
-      the README); `max` 0 takes only the ones the cost model rates at or over the
-      threshold. Not given: no limit.
+    - `max`: ... and its margin is at most `max`. Clang also refuses a few call sites whose
+      estimated cost is far below its threshold (margins of 80 to 300 and more; its real
+      cost counts what the estimate leaves out, e.g. the loop penalty of `minsize`
+      callers), and taking those can grow an object by half (measured in the README);
+      `max` 0 takes only the ones the estimate rates at or over the threshold. Not given:
+      no limit.
 
     `shift:0:0` is clang's own decision. Why it exists: on C++ test code, the inlines clang
     makes exactly at its threshold (margin 0) grow the object (measured in the README).
