@@ -53,8 +53,8 @@ def test_up_takes_refused_call_sites_within_up_above_the_threshold_for_few_user_
 
 
 def test_max_leaves_the_call_sites_clang_refuses_far_below_its_threshold_refused():
-    # clang refuses some call sites whose cost is far under the threshold (it defers them);
-    # without MAX they are taken, with MAX 0 only those at or over the threshold are
+    # clang refuses a few call sites whose estimated cost is far under the threshold; without
+    # MAX they are taken, with MAX 0 only those at or over the threshold are
     assert decide("shift:0:30:3", default=0, threshold=-19, cost=-280, users=2) == 1
     assert decide("shift:0:30:3:0", default=0, threshold=-19, cost=-280, users=2) == 0
     assert decide("shift:0:30:3:0", default=0, threshold=5, cost=5, users=2) == 1  # margin 0

@@ -415,8 +415,8 @@ def check_output(out: Path, target: Target, level: str) -> None:
              if sub.is_dir() and (info := _read_info(sub)) is not None]
     others: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
     for name, info in built:
-        if info_target(info) != target.codegen:
-            others.setdefault(info_target(info), []).append(name)
+        if (made_for_target := info_target(info)) != target.codegen:
+            others.setdefault(made_for_target, []).append(name)
     if others:
         (triple, cpu, flags), pkgs = next(iter(others.items()))
         made_for = " ".join([triple, f"-mcpu={cpu}", *flags])
