@@ -29,6 +29,7 @@ quantiles = 50
 differences = ["threshold-cost_estimate"]
 [bc]
 teacher = "shift:2:30:3:0"
+lr_anneal_epochs = 2
 """
 
 # the shipped eviction config's algorithm and split, reduced to one small iteration

@@ -1,5 +1,6 @@
-"""es, dqn, bc and il are reproducible: two runs with one seed give the same policy bytes, and
-a run stopped after iteration 1 and resumed ends with the bytes of an uninterrupted run.
+"""es, dqn, bc (with and without an annealed rate) and il are reproducible: two runs with one
+seed give the same policy bytes, and a run stopped after iteration 1 and resumed ends with
+the bytes of an uninterrupted run.
 (ppo, over every problem, with killed runs, is in test_train_resume.py.)
 
 Real `mlgo train` on four demo-corpus modules: the uninterrupted run in a subprocess of
@@ -38,6 +39,9 @@ CONFIGS = {
     "dqn": 'algo = "dqn"\nwarmstart = ""\n' + COMMON
            + "[dqn]\nmodules_per_iteration = 2\nupdates_per_iteration = 5\nbatch_size = 32\n",
     "bc": 'algo = "bc"\nwarmstart = ""\n' + COMMON + "[bc]\nbatch_size = 32\n",
+    # the learning rate annealed over the two iterations' epochs: the schedule is resumed too
+    "bc-annealed": 'algo = "bc"\nwarmstart = ""\n' + COMMON
+                   + "[bc]\nbatch_size = 32\nlr_anneal_epochs = 4\n",
     # search (seeded flips through the worker pool) and cloning from a random network
     "il": 'algo = "il"\nwarmstart = ""\n' + COMMON
           + "[il]\nbudget = 4\nsearch_batch = 2\nmodules_per_iteration = 2\n"
@@ -82,6 +86,8 @@ def test_one_seed_gives_one_policy_and_a_resumed_run_ends_with_the_same_bytes(
         assert policy_bytes(tmp_path / "stopped" / name) == expected
     rows = [json.loads(ln) for ln in (tmp_path / "a" / "scalars.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0, 1, 2]
+    if "lr_anneal_epochs" in CONFIGS[algo]:
+        assert [r["bc/learning_rate"] for r in rows[1:]] == pytest.approx([0.0015, 0.0])
     for row in rows[1:]:
         # every compile of the iteration counts, validation included (one module here); bc
         # learns from no compile, but the trainer measures it on every training module

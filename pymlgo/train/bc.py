@@ -35,6 +35,16 @@ class _Cloning:
     net: torch.nn.Module
     opt: torch.optim.Optimizer
     rng: np.random.Generator
+    schedule: torch.optim.lr_scheduler.LambdaLR | None = None
+
+    def _anneal(self, rows: int) -> None:
+        """With `cfg.lr_anneal_epochs`, the learning rate falls linearly to 0 over that many
+        passes over `rows` decisions (one scheduler step per minibatch)."""
+        if self.cfg.lr_anneal_epochs <= 0:
+            return
+        steps = self.cfg.lr_anneal_epochs * max(1, -(-rows // self.cfg.batch_size))
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda step: max(0.0, 1.0 - step / steps))
 
     def fit(self, epochs: int) -> dict[str, float]:
         raise NotImplementedError
@@ -44,13 +54,18 @@ class _Cloning:
         return self.fit(self.cfg.epochs_per_iteration)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"net": self.net.state_dict(), "opt": self.opt.state_dict(),
-                "rng": self.rng.bit_generator.state}
+        state = {"net": self.net.state_dict(), "opt": self.opt.state_dict(),
+                 "rng": self.rng.bit_generator.state}
+        if self.schedule is not None:
+            state["schedule"] = self.schedule.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.net.load_state_dict(state["net"])
         self.opt.load_state_dict(state["opt"])
         self.rng.bit_generator.state = state["rng"]
+        if self.schedule is not None:
+            self.schedule.load_state_dict(state["schedule"])
 
 
 class BehaviourCloning(_Cloning):
@@ -75,6 +90,7 @@ class BehaviourCloning(_Cloning):
         self.val: tuple[torch.Tensor, torch.Tensor] | None = None
         if validation is not None and len(validation):
             self.val = tensor(policy.vocab.normalize(validation.x)), tensor(validation.y)
+        self._anneal(len(self.y))
 
     def policy(self) -> InliningPolicy:
         return self.template.with_params(self.net.to_params())
@@ -82,9 +98,11 @@ class BehaviourCloning(_Cloning):
     def fit(self, epochs: int) -> dict[str, float]:
         """`epochs` passes over the demonstrations; mean minibatch loss of each pass."""
         losses = fit_epochs(self.net, self.opt, self.x, self.y, self.cfg.batch_size, epochs,
-                            self.rng)
+                            self.rng, self.schedule)
         scalars = {"bc/loss": losses[-1] if losses else float("nan"),
                    "bc/loss_first_epoch": losses[0] if losses else float("nan")}
+        if self.schedule is not None:
+            scalars["bc/learning_rate"] = self.schedule.get_last_lr()[0]
         scalars |= self.accuracy()
         return scalars
 
@@ -100,9 +118,12 @@ class BehaviourCloning(_Cloning):
 
 def minibatch_epochs(opt: torch.optim.Optimizer, n: int, batch_size: int, epochs: int,
                      rng: np.random.Generator,
-                     loss_of: Callable[[torch.Tensor], torch.Tensor]) -> list[float]:
+                     loss_of: Callable[[torch.Tensor], torch.Tensor],
+                     schedule: torch.optim.lr_scheduler.LRScheduler | None = None
+                     ) -> list[float]:
     """`epochs` passes over `n` rows in minibatches shuffled by `rng`, one optimizer step
-    on `loss_of(row indices)` (a mean over the minibatch) each; the mean loss of each pass."""
+    (and one `schedule` step) on `loss_of(row indices)` (a mean over the minibatch) each;
+    the mean loss of each pass."""
     losses = []
     for _ in range(epochs):
         order = torch.from_numpy(rng.permutation(n))
@@ -113,18 +134,21 @@ def minibatch_epochs(opt: torch.optim.Optimizer, n: int, batch_size: int, epochs
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if schedule is not None:
+                schedule.step()
             total += loss.item() * len(idx)
         losses.append(total / max(n, 1))
     return losses
 
 
 def fit_epochs(net: MLP, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-               batch_size: int, epochs: int, rng: np.random.Generator) -> list[float]:
+               batch_size: int, epochs: int, rng: np.random.Generator,
+               schedule: torch.optim.lr_scheduler.LRScheduler | None = None) -> list[float]:
     """`epochs` passes of binary cross-entropy (logit vs 0/1 label) over (x, y) in
     minibatches shuffled by `rng`; the mean loss of each pass."""
     return minibatch_epochs(
         opt, len(y), batch_size, epochs, rng,
-        lambda idx: F.binary_cross_entropy_with_logits(net(x[idx])[:, 0], y[idx]))
+        lambda idx: F.binary_cross_entropy_with_logits(net(x[idx])[:, 0], y[idx]), schedule)
 
 
 @torch.no_grad()
@@ -159,6 +183,7 @@ class HeadCloning(_Cloning):
         self.train = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in train)
         self.val = (None if validation is None or not len(validation[0])
                     else tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in validation))
+        self._anneal(len(self.train[0]))
 
     def policy(self) -> Any:
         return self.head.policy(self.template, self.net)
@@ -170,7 +195,8 @@ class HeadCloning(_Cloning):
             logp, _ = self.head.log_prob_entropy(self.net, self.train, idx)
             return -logp.mean()
 
-        losses = minibatch_epochs(self.opt, n, self.cfg.batch_size, epochs, self.rng, nll)
+        losses = minibatch_epochs(self.opt, n, self.cfg.batch_size, epochs, self.rng, nll,
+                                  self.schedule)
         scalars = {"bc/loss": losses[-1] if losses else float("nan"),
                    "bc/loss_first_epoch": losses[0] if losses else float("nan"),
                    "bc/decisions": float(n)}

@@ -183,6 +183,12 @@ class BCConfig:
     epochs_per_iteration: int = 2  # as the algorithm: epochs over the traces per iteration
     warmstart_epochs: int = 30  # as a warm start for ppo/es/dqn: epochs before iteration 1
     weight_decay: float = 0.0
+    # > 0: the learning rate falls linearly to 0 over this many epochs of `algo = "bc"`
+    # (and stays 0 after). At a constant rate the last network carries the noise of its
+    # last minibatches: at stop 37 the shipped clone agreed with its teacher on 99.78% of
+    # the training decisions, annealed over its 12 epochs on 99.99%. Counted in epochs, not
+    # iterations, so that a run stopped and resumed with more iterations anneals the same.
+    lr_anneal_epochs: int = 0
     # whose decisions are cloned: "default" (clang's own), or a built-in policy such as
     # "shift:2:30:3" that decides from the features: it labels every call site recorded
     # under -Oz. Those are -Oz's call sites, not the ones the teacher's own compiles would
@@ -378,6 +384,11 @@ class TrainConfig:
             raise ConfigError("policy.ir2vec_vocab does not apply with a saved-policy warm "
                               "start (it brings its own IR2Vec vocabulary, if it reads "
                               "embeddings); leave it out")
+        if self.bc.lr_anneal_epochs < 0:
+            raise ConfigError("bc.lr_anneal_epochs must be >= 0 (0: a constant rate)")
+        if self.bc.lr_anneal_epochs and self.algo != "bc":
+            raise ConfigError("bc.lr_anneal_epochs anneals behaviour cloning as the "
+                              "algorithm (algo = 'bc'); a warm start keeps a constant rate")
         if self.bc.teacher != BCConfig().teacher and self.warmstart != "bc" and (
                 self.algo != "bc"):
             raise ConfigError("bc.teacher is only used for behaviour cloning: with algo = "
@@ -493,7 +504,7 @@ _TABLE_KEYS_OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     SplitConfig: {"heldout_packages": None, "validation_by": "module"},
     PolicyConfig: {"reads_default": False, "ir2vec_vocab": None, "differences": None},
     ILConfig: {"moves": "single"},
-    BCConfig: {"teacher": "default"}}
+    BCConfig: {"teacher": "default", "lr_anneal_epochs": 0}}
 
 
 def _omitted_at_default() -> dict[str, Any]:
