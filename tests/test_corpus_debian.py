@@ -308,6 +308,30 @@ def test_a_package_that_fails_to_compile_does_not_stop_the_others(
     assert summary["disk_bytes"] > 0
 
 
+def test_a_run_that_adds_packages_keeps_the_earlier_ones_in_the_summary(
+    src_cache: Path, tmp_path: Path
+) -> None:
+    """The summary describes the whole directory, as the combined corpus does: a second run
+    building other packages counts the first run's as cached instead of dropping them."""
+    write_tree(src_cache / "other" / "other-1.0", {
+        "debian/control": "",
+        "Makefile": "libo.a: o.o\n\tar rcs $@ $^\n%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\n",
+        "o.c": "int o(int x) { return x * 3; }\n",
+    })
+    recipes = {**tiny_recipes(), "other": Recipe("other", "c", (("make", "libo.a"),))}
+    out = tmp_path / "corpora"
+    config = DebianConfig(output_dir=out, src_cache=src_cache, build_root=tmp_path / "build",
+                          progress=False)
+    fetch = lambda pkg, cache: fetch_source(pkg, cache)  # noqa: E731
+    build_debian_corpora(["tiny"], config, recipes=recipes, fetch=fetch)
+    build_debian_corpora(["other"], config, recipes=recipes, fetch=fetch)
+    summary = json.loads((out / "debian_summary.json").read_text())
+    assert {k: (v["status"], v["modules"]) for k, v in summary["packages"].items()} == {
+        "other": ("built", 1), "tiny": ("cached", 2)}
+    assert summary["modules"] == 3 == len(load_corpus(out).modules)
+    assert summary["built"] == ["other"] and summary["cached"] == ["tiny"]
+
+
 def test_a_package_whose_captured_flags_would_be_refused_at_load_fails_at_build(
     src_cache: Path, tmp_path: Path
 ) -> None:

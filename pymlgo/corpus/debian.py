@@ -829,11 +829,27 @@ def build_debian_corpora(
         results.append(res)
         if res.status != "failed":
             combine_corpora(out)  # after each package, so a long run is usable early
-        write_summary(out, results, time.monotonic() - run_started, target, config.level)
+        write_summary(out, [*results, *_built_before(out, todo)],
+                      time.monotonic() - run_started, target, config.level)
         if on_done is not None:
             on_done(res)
     bar.close()
     if any((p / DESCRIPTION_FILE).is_file() for p in out.iterdir() if p.is_dir()):
         combine_corpora(out)
-    write_summary(out, results, time.monotonic() - run_started, target, config.level)
+    write_summary(out, [*results, *_built_before(out, todo)],
+                  time.monotonic() - run_started, target, config.level)
     return results
+
+
+def _built_before(out: Path, this_run: Sequence[str]) -> list[PackageResult]:
+    """The sub-corpora in `out` that earlier runs built (status "cached"; not `this_run`'s
+    packages): they are in the combined corpus, so the summary counts them too, and a run
+    that adds packages never drops the others from it."""
+    found = []
+    for sub in sorted(p for p in out.iterdir() if p.is_dir() and p.name not in this_run):
+        info = _read_info(sub)
+        if info is not None:
+            found.append(_result_from_info(
+                sub.name, "cached", info, float(str(info.get("build_seconds", 0.0))),
+                str(out / LOG_DIR / f"{sub.name}.log"), sub))
+    return found
