@@ -78,6 +78,23 @@ def tiny_recipes() -> dict[str, Recipe]:
     }
 
 
+def c_library(src_cache: Path, name: str, sources: dict[str, str]) -> Recipe:
+    """A one-directory source package NAME-1.0 in `src_cache` whose Makefile archives its C
+    `sources` into libNAME.a, and the recipe that builds it."""
+    objects = " ".join(f.removesuffix(".c") + ".o" for f in sources)
+    write_tree(src_cache / name / f"{name}-1.0", {
+        "debian/control": "",
+        "Makefile": f"lib{name}.a: {objects}\n\tar rcs $@ $^\n"
+                    "%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\n",
+        **sources})
+    return Recipe(name, "c", (("make", f"lib{name}.a"),))
+
+
+def plain_config(out: Path, src_cache: Path, tmp_path: Path) -> DebianConfig:
+    return DebianConfig(output_dir=out, src_cache=src_cache, build_root=tmp_path / "build",
+                        progress=False)
+
+
 @pytest.fixture()
 def src_cache(tmp_path: Path) -> Path:
     cache = tmp_path / "src"
@@ -282,17 +299,11 @@ def test_a_package_that_fails_to_compile_does_not_stop_the_others(
 ) -> None:
     """With the real compiler: a compile error half-way through one package's build is
     reported (step, log) and the packages after it still build; the summary says so."""
-    write_tree(src_cache / "bad" / "bad-1.0", {
-        "debian/control": "",
-        "Makefile": "libbad.a: ok.o broken.o\n\tar rcs $@ $^\n"
-                    "%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\n",
+    recipes = {**tiny_recipes(), "bad": c_library(src_cache, "bad", {
         "ok.c": "int ok(int x) { return x + 1; }\n",
-        "broken.c": "int broken(int x) { return x + ; }\n",
-    })
-    recipes = {**tiny_recipes(), "bad": Recipe("bad", "c", (("make", "libbad.a"),))}
+        "broken.c": "int broken(int x) { return x + ; }\n"})}
     out = tmp_path / "corpora"
-    config = DebianConfig(output_dir=out, src_cache=src_cache, build_root=tmp_path / "build",
-                          progress=False)
+    config = plain_config(out, src_cache, tmp_path)
     results = build_debian_corpora(["bad", "tiny"], config, recipes=recipes,
                                    fetch=lambda pkg, cache: fetch_source(pkg, cache))
     bad, tiny = results
@@ -313,15 +324,10 @@ def test_a_run_that_adds_packages_keeps_the_earlier_ones_in_the_summary(
 ) -> None:
     """The summary describes the whole directory, as the combined corpus does: a second run
     building other packages counts the first run's as cached instead of dropping them."""
-    write_tree(src_cache / "other" / "other-1.0", {
-        "debian/control": "",
-        "Makefile": "libo.a: o.o\n\tar rcs $@ $^\n%.o: %.c\n\t$(CC) $(CFLAGS) -c $< -o $@\n",
-        "o.c": "int o(int x) { return x * 3; }\n",
-    })
-    recipes = {**tiny_recipes(), "other": Recipe("other", "c", (("make", "libo.a"),))}
+    recipes = {**tiny_recipes(), "other": c_library(src_cache, "other", {
+        "o.c": "int o(int x) { return x * 3; }\n"})}
     out = tmp_path / "corpora"
-    config = DebianConfig(output_dir=out, src_cache=src_cache, build_root=tmp_path / "build",
-                          progress=False)
+    config = plain_config(out, src_cache, tmp_path)
     fetch = lambda pkg, cache: fetch_source(pkg, cache)  # noqa: E731
     build_debian_corpora(["tiny"], config, recipes=recipes, fetch=fetch)
     build_debian_corpora(["other"], config, recipes=recipes, fetch=fetch)
