@@ -711,7 +711,9 @@ def _disk_bytes(root: Path) -> int:
 def write_summary(out: Path, results: Sequence[PackageResult], wall_seconds: float,
                   target: Target = HOST_TARGET, level: str = OPT_LEVEL) -> Path:
     """`OUT/debian_summary.json`: the target and level, modules per package, the C/C++
-    split, failures, time, disk."""
+    split, failures, time, disk; for this run's `results` and every sub-corpus earlier runs
+    left in `out`, which the combined corpus holds too."""
+    results = [*results, *_built_before(out, {r.package for r in results})]
     langs: dict[str, int] = {}
     for r in results:
         for lang, n in r.languages:
@@ -829,22 +831,19 @@ def build_debian_corpora(
         results.append(res)
         if res.status != "failed":
             combine_corpora(out)  # after each package, so a long run is usable early
-        write_summary(out, [*results, *_built_before(out, todo)],
-                      time.monotonic() - run_started, target, config.level)
+        write_summary(out, results, time.monotonic() - run_started, target, config.level)
         if on_done is not None:
             on_done(res)
     bar.close()
     if any((p / DESCRIPTION_FILE).is_file() for p in out.iterdir() if p.is_dir()):
         combine_corpora(out)
-    write_summary(out, [*results, *_built_before(out, todo)],
-                  time.monotonic() - run_started, target, config.level)
+    write_summary(out, results, time.monotonic() - run_started, target, config.level)
     return results
 
 
-def _built_before(out: Path, this_run: Sequence[str]) -> list[PackageResult]:
-    """The sub-corpora in `out` that earlier runs built (status "cached"; not `this_run`'s
-    packages): they are in the combined corpus, so the summary counts them too, and a run
-    that adds packages never drops the others from it."""
+def _built_before(out: Path, this_run: set[str]) -> list[PackageResult]:
+    """The sub-corpora in `out` other than `this_run`'s packages, as "cached" results: a run
+    that adds packages never drops the others from the summary."""
     found = []
     for sub in sorted(p for p in out.iterdir() if p.is_dir() and p.name not in this_run):
         info = _read_info(sub)
