@@ -352,8 +352,7 @@ def test_a_package_whose_captured_flags_would_be_refused_at_load_fails_at_build(
     })
     recipes = {**tiny_recipes(), "traced": Recipe("traced", "c", (("make", "libt.a"),))}
     out = tmp_path / "corpora"
-    config = DebianConfig(output_dir=out, src_cache=src_cache, build_root=tmp_path / "build",
-                          progress=False)
+    config = plain_config(out, src_cache, tmp_path)
     traced, tiny = build_debian_corpora(["traced", "tiny"], config, recipes=recipes,
                                         fetch=lambda pkg, cache: fetch_source(pkg, cache))
     assert (traced.status, traced.step, tiny.status) == ("failed", "validate", "built")
