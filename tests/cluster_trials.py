@@ -142,8 +142,12 @@ def wait_checkpoint(run_dir: Path, iteration: int) -> bool:
 
 def worker_loss_trial(rh: RayHosts, corpus: Path, config: Path, out: Path, iterations: int,
                       victim: Host, joiner: str, *, timeout: float) -> dict[str, Any]:
-    """Train on the cluster; once iteration 1 is checkpointed and `victim` is compiling,
-    lose `victim` (mid-iteration) and add a host named `joiner`. The run must finish."""
+    """Train on the cluster; once it compiles, a host named `joiner` joins, and once that has
+    compiled, iteration 1 is checkpointed and `victim` is compiling, lose `victim`
+    (mid-iteration). The run must finish.
+
+    The join comes first and is waited for: joined after the loss (stop 37), the new host's
+    actor was sometimes still starting when a short run ended, and it got no job."""
     log = out.parent / f"{out.name}.log"
     proc = rh.spawn_mlgo(train_args(corpus, config, out, iterations, rh.address), log)
     deadline = time.monotonic() + timeout
@@ -151,15 +155,24 @@ def worker_loss_trial(rh: RayHosts, corpus: Path, config: Path, out: Path, itera
     def left() -> float:
         return max(1.0, deadline - time.monotonic())
 
+    def ended_before(what: str) -> None:
+        if proc.poll() is not None:
+            raise LabError(f"the run ended before {what}:\n{log.read_text()}")
+
+    wait_for(lambda: proc.poll() is not None or compiling_on(rh, victim), left(),
+             f"the run's first compile on {victim.name}", every=0.05)
+    ended_before(f"{joiner} joined")
+    added = rh.add_worker(joiner)  # into a run that is compiling: the executor must grow
+    wait_for(lambda: proc.poll() is not None or compiling_on(rh, added), left(),
+             f"a compile on {joiner}", every=0.05)
+    ended_before(f"{joiner} compiled")
     wait_for(lambda: proc.poll() is not None or wait_checkpoint(out, 1), left(),
              "iteration 1", every=0.5)
     wait_for(lambda: proc.poll() is not None or compiling_on(rh, victim), left(),
              f"a compile on {victim.name}", every=0.05)
-    if proc.poll() is not None:
-        raise LabError(f"the run ended before {victim.name} was lost:\n{log.read_text()}")
+    ended_before(f"{victim.name} was lost")
     lost_at = _iteration_of(out)
     rh.lose(victim)
-    added = rh.add_worker(joiner)
     try:
         proc.wait(timeout=left())
     except Exception as exc:
