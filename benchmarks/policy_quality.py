@@ -66,7 +66,7 @@ from typing import Any
 from pymlgo.cli.common import ALLOW_FLAGS_ENV
 from pymlgo.corpus.format import Corpus, CorpusError
 from pymlgo.corpus.snapshot import snapshot_corpora
-from pymlgo.evaluate.eval import EvalReport, corpus_jobs, evaluate
+from pymlgo.evaluate.eval import SIZE_BUCKETS, EvalReport, corpus_jobs, evaluate
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.store import IR2VEC_FILE, load_policy_dir, load_spec
 from pymlgo.policy.vocab import Vocab
@@ -163,7 +163,8 @@ def summary(report: EvalReport) -> dict[str, Any]:
             "guarded_bytes": guarded, "guarded_change": guarded / base - 1.0 if base else 0.0,
             # allocated (what ships) and text (code only) side by side
             "by_metric": {k: v["change"] for k, v in metrics.items()},
-            "by_bucket": report.by_bucket()}
+            "by_bucket": report.by_bucket(),
+            "largest_growth_of_a_big_module": report.largest_big_growth()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -457,8 +458,6 @@ def out_of_range(executor: Any, jobs: Sequence[CompileJob], vocab: Vocab,
     """Per module-size bucket: clang's own decisions on `jobs` (one recorded -Oz compile
     each, or the shared trace) whose features lie beyond `vocab`'s last boundary, where a
     "clip" vocab sees 1.0 whatever the value."""
-    from pymlgo.evaluate.eval import SIZE_BUCKETS
-
     tops = [float(b[-1]) if b.size else None for b in vocab.boundaries]
     rows: dict[str, dict[str, Any]] = {
         name: {"modules": 0, "decisions": 0, "beyond": 0, "features": {}}
@@ -727,26 +726,9 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
             os.replace(tmp, done)
     if not folds_out:
         raise SystemExit("policy_quality: no fold finished (see --only-folds)")
-    overall: dict[str, Any] = {}
-    for label, reps in reports.items():
-        pooled = EvalReport(reps[0].problem, label, reps[0].compiler,
-                            tuple(m for r in reps for m in r.modules),
-                            size_metric=reps[0].size_metric)
-        changes = [r.change for r in reps]
-        worst_fold = max(range(len(reps)), key=lambda i: changes[i])
-        packages, worst = _packages(pooled)
-        shares = [f["policies"][label]["share_of_search_limit"] for f in folds_out
-                  if label in f["policies"]]
-        overall[label] = {
-            "fold_changes": changes,
-            "mean_fold_change": sum(changes) / len(changes),
-            "worst_fold": worst_fold, "worst_fold_change": changes[worst_fold],
-            "pooled": summary(pooled),  # every module once: its own fold's policy
-            "packages": packages, "worst_package": worst,
-            "worst_package_change": packages[worst]["change"] if worst else None,
-            "mean_share_of_search_limit": (sum(shares) / len(shares)
-                                           if shares and None not in shares else None),
-        }
+    overall = {label: overall_entry(label, reps, [
+        f["policies"][label]["share_of_search_limit"] for f in folds_out
+        if label in f["policies"]]) for label, reps in reports.items()}
     report = {
         "benchmark": "policy_quality",
         "mode": "explicit-split" if heldout else "kfold-by-package",
@@ -765,6 +747,31 @@ def kfold(args: argparse.Namespace, algos: list[str], tails: list[str], corpus: 
     print(markdown(report), file=sys.stderr)
     _write_report(out, report)
     return 0
+
+
+def overall_entry(label: str, reps: Sequence[EvalReport],
+                  shares: Sequence[float | None]) -> dict[str, Any]:
+    """One policy over the folds: each fold's held-out change and big-module bucket, their
+    mean and worst, and the pooled report (every module once, by its own fold's policy)."""
+    pooled = EvalReport(reps[0].problem, label, reps[0].compiler,
+                        tuple(m for r in reps for m in r.modules),
+                        size_metric=reps[0].size_metric)
+    changes = [r.change for r in reps]
+    worst_fold = max(range(len(reps)), key=lambda i: changes[i])
+    packages, worst = _packages(pooled)
+    big = SIZE_BUCKETS[-1][0]
+    return {
+        "fold_changes": changes,
+        "mean_fold_change": sum(changes) / len(changes),
+        "worst_fold": worst_fold, "worst_fold_change": changes[worst_fold],
+        # issue 24: the big-module bucket must not grow in any fold
+        "fold_big_bucket_changes": [r.by_bucket()[big]["change"] for r in reps],
+        "pooled": summary(pooled),
+        "packages": packages, "worst_package": worst,
+        "worst_package_change": packages[worst]["change"] if worst else None,
+        "mean_share_of_search_limit": (sum(x for x in shares if x is not None) / len(shares)
+                                       if shares and None not in shares else None),
+    }
 
 
 def _pct(x: float | None) -> str:
@@ -788,12 +795,18 @@ def markdown(report: Mapping[str, Any]) -> str:
             f"{_pct(o['worst_package_change'])} |")
     buckets = list(next(iter(report["overall"].values()))["pooled"]["by_bucket"]) if labels \
         else []
-    lines += ["", "| policy (pooled) | " + " | ".join(buckets) + " |",
-              "| --- |" + " ---: |" * len(buckets)]
+    lines += ["", "| policy (pooled) | " + " | ".join(buckets)
+              + " | big bucket, worst fold | big module grown most |",
+              "| --- |" + " ---: |" * len(buckets) + " ---: | --- |"]
     for label in labels:
-        b = report["overall"][label]["pooled"]["by_bucket"]
+        o = report["overall"][label]
+        b = o["pooled"]["by_bucket"]
+        grown = o["pooled"].get("largest_growth_of_a_big_module")
+        folds = o.get("fold_big_bucket_changes") or []
         lines.append(f"| {label} | " + " | ".join(
-            f"{_pct(b[k]['change'])} ({b[k]['modules']})" for k in buckets) + " |")
+            f"{_pct(b[k]['change'])} ({b[k]['modules']})" for k in buckets)
+            + f" | {_pct(max(folds)) if folds else 'n/a'} | "
+            + (f"{grown['module']} {_pct(grown['change'])}" if grown else "n/a") + " |")
     return "\n".join(lines)
 
 if __name__ == "__main__":

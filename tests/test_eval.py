@@ -128,6 +128,9 @@ def test_largest_growth_looks_only_at_modules_as_big_as_asked():
     assert report.largest_growth().name == "small"
     assert report.largest_growth(65536).name == "big"
     assert report.largest_growth(10**6) is None
+    assert report.largest_big_growth() == {"module": "big", "baseline_bytes": 70000,
+                                           "policy_bytes": 70700,
+                                           "change": pytest.approx(0.01)}
 
 
 def test_size_buckets_split_modules_by_their_oz_bytes():

@@ -171,6 +171,14 @@ class EvalReport:
                 and m.baseline_bytes >= min_baseline_bytes]
         return max(rows, key=lambda m: m.change or 0.0, default=None)
 
+    def largest_big_growth(self) -> dict[str, Any] | None:
+        """`largest_growth` among the modules of the last size bucket (>= 64 KB at the
+        baseline: issue 24's limit, no such module may grow by more than 0.5%), for JSON."""
+        big = self.largest_growth(SIZE_BUCKETS[-1][1])
+        return None if big is None else {
+            "module": big.name, "baseline_bytes": big.baseline_bytes,
+            "policy_bytes": big.policy_bytes, "change": big.change}
+
     def measure_totals(self, measure: Measure,
                        rows: Sequence[ModuleRow] | None = None) -> tuple[float, float]:
         """(baseline, policy) sums of `measure` over the modules that succeeded (or `rows`)."""
