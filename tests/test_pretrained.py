@@ -27,8 +27,9 @@ warmstart = ""
 hidden = [8]
 quantiles = 50
 differences = ["threshold-cost_estimate"]
+window = "shift:2:30:3:0"
 [bc]
-teacher = "shift:2:30:3:0"
+teacher = "best:shift:2:30:3:0,shift:2"
 lr_anneal_epochs = 2
 """
 

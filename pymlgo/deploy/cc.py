@@ -244,7 +244,9 @@ def policy_reads_default(spec: str) -> bool:
     assert path is not None  # a built-in was answered above
     try:
         doc = json.loads((path / "policy.json").read_text())
-        return any(f["name"] == DEFAULT_FEATURE for f in doc["features"])
+        # a window (policy.json 1.1) gives clang's decision outside it
+        return bool(doc.get("window")) or any(f["name"] == DEFAULT_FEATURE
+                                              for f in doc["features"])
     except (OSError, ValueError, KeyError, TypeError):
         return True  # loading the policy will say what is wrong with it
 

@@ -215,6 +215,12 @@ def export_policy(
         raise ExportError(f"unknown export format {fmt!r} (known: {', '.join(FORMATS)})")
     mlp = _require_mlp(policy)
     check_finite(mlp)
+    if mlp.window:
+        # outside its window the policy gives clang's decision, which release mode lacks
+        raise ExportError(f"this policy decides only within the window {mlp.window} and "
+                          f"gives clang's own decision ({DEFAULT_FEATURE}) elsewhere, which "
+                          f"only the interactive channel sends: serve it with `mlgo cc "
+                          f"--mlgo-policy DIR` instead of compiling it into clang")
     if DEFAULT_FEATURE in mlp.vocab.features:
         # clang's release mode feeds a compiled-in model its own features only
         raise ExportError(f"this policy reads clang's own decision ({DEFAULT_FEATURE}), which "

@@ -21,12 +21,13 @@ import numpy as np
 
 from pymlgo.policy.mlp import MLPParams, affine
 from pymlgo.policy.vocab import Vocab, tail_value
-from pymlgo.problems.inlining.policies import module_seed
+from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, module_seed, shift_policy
 from pymlgo.problems.inlining.problem import INLINING
 
 PROBLEM = INLINING.name
 VERSION_MAJOR, VERSION_MINOR = 1, 0
 CURRENT_VERSION = f"{PROBLEM}-{VERSION_MAJOR}.{VERSION_MINOR}"
+WINDOW_MINOR = 1  # inlining-1.1 adds `window`; a policy without one stays 1.0
 _VERSION_RE = re.compile(r"(?P<problem>[a-z_]+)-(?P<major>\d+)\.(?P<minor>\d+)")
 
 
@@ -68,6 +69,12 @@ class InliningPolicy:
     # The IR2Vec vocabulary file clang embeds with when this policy compiles (None: none).
     # Saved with the policy and checked by its sha256, so it never compiles with another.
     ir2vec_vocab: Path | None = None
+    # A shift rule (`shift:DOWN[:UP[:USERS[:MAX]]]`): the network decides only the call
+    # sites that rule may flip, and clang's own decision stands everywhere else. Why: a
+    # clone of such a rule that departs from clang where its teacher never does (e.g. takes
+    # a call site clang refuses far below its threshold) grows code it was never shown
+    # (stop 38). Needs clang's decision, which only the interactive channel sends. "": none.
+    window: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -85,6 +92,11 @@ class InliningPolicy:
                 f"{', with squares' if self.vocab.with_square else ''}"
                 f"{', embeddings' if self.vocab.embeddings else ''})"
             )
+        if self.window:
+            shift_policy(self.window)  # ValueError with the grammar
+            if parse_version(self.version)[2] < WINDOW_MINOR:
+                object.__setattr__(self, "version",
+                                   f"{PROBLEM}-{VERSION_MAJOR}.{WINDOW_MINOR}")
         if self.vocab.embeddings and self.ir2vec_vocab is None:
             # without the vocabulary file clang sends no embeddings to read
             raise ValueError("a policy that reads IR2Vec embeddings must carry the IR2Vec "
@@ -92,7 +104,10 @@ class InliningPolicy:
 
     @property
     def required_features(self) -> tuple[str, ...]:
-        return self.vocab.raw_features
+        if not self.window:
+            return self.vocab.raw_features
+        return tuple(dict.fromkeys((*self.vocab.raw_features,
+                                    *shift_policy(self.window).required_features)))
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         """Raw feature matrix (n, vocab.raw_width), columns in `required_features` order (an
@@ -104,6 +119,19 @@ class InliningPolicy:
         return sigmoid(self.logits(x))
 
     def for_module(self, module: str) -> Callable[[Mapping[str, np.ndarray]], int]:
+        decide = self._network_decisions(module)
+        if not self.window:
+            return decide
+        flips = shift_policy(self.window).flips
+
+        def in_window(features: Mapping[str, np.ndarray]) -> int:
+            if flips(features):
+                return decide(features)
+            return int(features[DEFAULT_FEATURE].reshape(-1)[0])
+
+        return in_window
+
+    def _network_decisions(self, module: str) -> Callable[[Mapping[str, np.ndarray]], int]:
         logit = _row_logit_fn(self.vocab, self.params)
         if not self.sample:
             # p >= 0.5 exactly when the logit is >= 0; no exp needed.

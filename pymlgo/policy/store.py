@@ -3,7 +3,8 @@
 A policy directory holds:
 - `policy.json`: format version, problem, network shape, the feature tensors it expects
   (TensorSpec JSON, matched by name against what the compiler sends), the advice it gives,
-  hyperparameters, and the sha256 of the other two files;
+  hyperparameters, the sha256 of the other two files, and (version 1.1, only when it has
+  one) the `window`: the shift rule outside which clang's own decision stands;
 - `weights.npz`: `w0, b0, w1, b1, ...` (a zip of .npy files, readable with `np.load`);
 - `vocab.json`: the quantile vocabulary (`pymlgo.policy.vocab`), and the fixed z-score
   normalization of the IR2Vec embeddings when the policy reads them;
@@ -31,6 +32,7 @@ from pymlgo.policy.inlining import (
     CURRENT_VERSION,
     PROBLEM,
     VERSION_MAJOR,
+    WINDOW_MINOR,
     InliningPolicy,
     parse_version,
 )
@@ -127,6 +129,8 @@ def policy_document(policy: InliningPolicy, weights_sha: str, vocab_sha: str,
         "advice": ADVICE_SPEC.to_json(),
         "hyperparameters": dict(policy.hyperparameters),
         "files": files,
+        # only when set: a policy without one keeps the bytes it always had
+        **({"window": policy.window} if policy.window else {}),
     }
 
 
@@ -254,9 +258,21 @@ def load_policy_dir(directory: Path) -> InliningPolicy:
             hyperparameters=doc.get("hyperparameters") or {},
             name=str(doc.get("name", "mlp")),
             ir2vec_vocab=(directory / IR2VEC_FILE).absolute() if has_ir2vec else None,
+            window=_window(doc, version),
         )
     except (ValueError, TypeError) as exc:
         raise PolicyLoadError(f"{directory}: {exc}") from exc
+
+
+def _window(doc: dict[str, Any], version: object) -> str:
+    window = doc.get("window", "")
+    if not isinstance(window, str):
+        raise ValueError(f"policy.json window must be a shift rule, not {window!r}")
+    if window and parse_version(str(version))[2] < WINDOW_MINOR:
+        # a reader of 1.0 would ignore the key and decide every call site itself
+        raise ValueError(f"policy.json has a window but version {version} (a window needs "
+                         f"{PROBLEM}-{VERSION_MAJOR}.{WINDOW_MINOR} or later)")
+    return window
 
 
 def _check_ir2vec_dim(directory: Path, vocab: Vocab, has_ir2vec: bool) -> None:

@@ -109,6 +109,10 @@ class PolicyConfig:
     # threshold, which quantiles of the two features apart blur. Both must be inputs.
     # None: none (or the vocab's/warm start's)
     differences: tuple[str, ...] | None = None
+    # A shift rule, e.g. "shift:2:30:3:0" (pymlgo.policy.inlining.InliningPolicy.window): the
+    # network decides only the call sites that rule may flip, clang's own decision the rest.
+    # Checked and applied by the inlining problem; "": the network decides every call site.
+    window: str = ""
 
     def __post_init__(self) -> None:
         from pymlgo.ir2vec.vocab_file import EMBEDDING_FEATURES
@@ -502,7 +506,8 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 # table keys added after policies were published, left out at their default (as above)
 _TABLE_KEYS_OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     SplitConfig: {"heldout_packages": None, "validation_by": "module"},
-    PolicyConfig: {"reads_default": False, "ir2vec_vocab": None, "differences": None},
+    PolicyConfig: {"reads_default": False, "ir2vec_vocab": None, "differences": None,
+                   "window": ""},
     ILConfig: {"moves": "single"},
     BCConfig: {"teacher": "default", "lr_anneal_epochs": 0}}
 

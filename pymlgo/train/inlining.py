@@ -23,7 +23,12 @@ from pymlgo.policy.mlp import init_mlp
 from pymlgo.policy.store import IR2VEC_FILE
 from pymlgo.policy.vocab import EmbeddingInput, Vocab, build_vocab, fit_embedding
 from pymlgo.problems.base import CompileJob, Policy, Problem
-from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, HeuristicPolicy, builtin_policy
+from pymlgo.problems.inlining.policies import (
+    DEFAULT_FEATURE,
+    HeuristicPolicy,
+    builtin_policy,
+    shift_policy,
+)
 from pymlgo.problems.inlining.problem import InliningOptions, ir2vec_vocab_of
 from pymlgo.toolchain.files import write_atomic
 from pymlgo.train.config import ALGORITHMS, DEFAULT_HIDDEN, ConfigError, TrainConfig
@@ -72,6 +77,30 @@ def check_teacher(teacher: str) -> None:
         except ValueError as exc:
             raise ConfigError(f"bc.teacher must be a built-in policy that decides from the "
                               f"features, or best:RULE,...: {exc}") from None
+
+
+# algorithms whose updates read only the decisions a policy made, never its probability of
+# the forced ones: a window forces clang's decision outside it
+WINDOW_ALGOS = ("bc", "il", "es")
+
+
+def check_window(config: TrainConfig) -> None:
+    """ConfigError unless `policy.window` is empty or a shift rule an algorithm of
+    `WINDOW_ALGOS` trains within."""
+    window = config.policy.window
+    if not window:
+        return
+    try:
+        shift_policy(window)
+    except ValueError as exc:
+        raise ConfigError(f"policy.window: {exc}") from None
+    if config.algo not in WINDOW_ALGOS:
+        raise ConfigError(f"policy.window: algo {config.algo!r} learns from the probability "
+                          f"of each decision, and a window forces clang's outside it; use "
+                          f"one of {', '.join(WINDOW_ALGOS)}")
+    if config.policy_warmstart is not None:
+        raise ConfigError("policy.window does not apply with a saved-policy warm start (it "
+                          "brings its own window, if any); leave it out")
 
 
 def best_rules(runs: list[Episode], rules: tuple[str, ...]) -> dict[str, str]:
@@ -189,6 +218,7 @@ class InliningTraining:
             raise ConfigError("reward_weighting = 'cost' weighs by the register allocator's "
                               "stock cost; inlining weighs by -Oz bytes: 'bytes'")
         check_teacher(config.bc.teacher)
+        check_window(config)
 
     def load_sources(self, config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
         return load_sources(config, corpus, compiler.version)
@@ -251,7 +281,8 @@ class InliningTraining:
             rng = np.random.default_rng([config.seed, STREAM_INIT])
             params = init_mlp(vocab.input_dim, config.hidden, rng)
             initial = InliningPolicy(vocab=vocab, params=params, hidden=config.hidden,
-                                     name=f"mlgo-{config.algo}", ir2vec_vocab=ir2vec)
+                                     name=f"mlgo-{config.algo}", ir2vec_vocab=ir2vec,
+                                     window=config.policy.window)
         teacher: str | dict[str, str] = config.bc.teacher
         rules = teacher_rules(config.bc.teacher)
         if len(rules) > 1:

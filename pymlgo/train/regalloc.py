@@ -123,6 +123,9 @@ class RegallocTraining:
         if config.policy.ir2vec_vocab is not None:
             raise ConfigError(f"policy.ir2vec_vocab (IR2Vec embeddings, clang's inliner sends "
                               f"them) applies to problem 'inlining' only, not {name!r}")
+        if config.policy.window:
+            raise ConfigError(f"policy.window (a shift rule around clang's inline threshold) "
+                              f"applies to problem 'inlining' only, not {name!r}")
         if config.policy.differences is not None:
             raise ConfigError(f"policy.differences (derived quantile inputs) applies to "
                               f"problem 'inlining' only, not {name!r}")

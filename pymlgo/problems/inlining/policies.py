@@ -116,15 +116,19 @@ class ShiftPolicy:
         most = "" if self.max == ANY_MARGIN else f":{self.max}"
         return f"{SHIFT_PREFIX}{self.down}:{self.up}{users}{most}"
 
+    def flips(self, features: Mapping[str, np.ndarray]) -> bool:
+        """This rule departs from clang's decision at this call site."""
+        margin = _scalar(features, "threshold") - _scalar(features, "cost_estimate")
+        if _scalar(features, DEFAULT_FEATURE):
+            return self.down > 0 and margin < self.down
+        return (self.up > 0 and -self.up < margin <= self.max
+                and _scalar(features, "callee_users") <= self.users)
+
     def for_module(self, module: str) -> Decide:
-        down, up, users, most = self.down, self.up, self.users, self.max
+        flips = self.flips
 
         def decide(features: Mapping[str, np.ndarray]) -> int:
-            margin = _scalar(features, "threshold") - _scalar(features, "cost_estimate")
-            if _scalar(features, DEFAULT_FEATURE):
-                return int(down == 0 or margin >= down)
-            return int(up > 0 and -up < margin <= most
-                       and _scalar(features, "callee_users") <= users)
+            return _scalar(features, DEFAULT_FEATURE) ^ int(flips(features))
 
         return decide
 
@@ -133,7 +137,10 @@ def _scalar(features: Mapping[str, np.ndarray], name: str) -> int:
     return int(features[name].reshape(-1)[0])
 
 
-def _shift_policy(spec: str) -> ShiftPolicy:
+def shift_policy(spec: str) -> ShiftPolicy:
+    """`shift:DOWN[:UP[:USERS[:MAX]]]` -> its rule; ValueError, with the grammar, otherwise."""
+    if not spec.startswith(SHIFT_PREFIX):
+        raise ValueError(f"bad shift policy {spec!r}: expected shift:DOWN[:UP[:USERS[:MAX]]]")
     parts = spec.removeprefix(SHIFT_PREFIX).split(":")
     try:
         values = [int(p) for p in parts]
@@ -165,7 +172,7 @@ def builtin_policy(
     if kind.key == RANDOM_PREFIX:
         return _random_policy(spec, seed)
     if kind.key == SHIFT_PREFIX:
-        return _shift_policy(spec)
+        return shift_policy(spec)
     raise AssertionError(f"built-in {kind.key!r} has no policy here")  # a test builds each
 
 
