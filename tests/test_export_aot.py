@@ -22,7 +22,7 @@ from pymlgo.evaluate.trace import trace_columns  # noqa: E402
 from pymlgo.policy import aot  # noqa: E402
 from pymlgo.policy.export import TIME_STEP_SPECS  # noqa: E402
 from pymlgo.policy.store import load_policy  # noqa: E402
-from tests.test_export import balanced_policy  # noqa: E402
+from tests.test_export import balanced_policy, shipped_network  # noqa: E402
 
 TRACED_PACKAGE = "lz4"
 
@@ -62,7 +62,7 @@ def lz4_columns(demo_corpus_dir: Path, tmp_path_factory) -> dict[str, np.ndarray
 
 @pytest.fixture(scope="module")
 def pretrained(lz4_columns, runtime, tmp_path_factory) -> aot.AotComparison:
-    return aot.compare_with_policy(load_policy("pretrained:inlining-oz"), lz4_columns,
+    return aot.compare_with_policy(shipped_network(), lz4_columns,
                                    tmp_path_factory.mktemp("pretrained"), runtime)
 
 
@@ -95,8 +95,8 @@ def test_the_aot_command_is_the_one_llvms_cmake_runs_for_the_inliner():
                    "--target_triple", "x86_64-pc-linux"]
 
 
-def test_the_aot_compiled_pretrained_policy_decides_like_numpy_on_every_call_site(pretrained):
-    report("pretrained:inlining-oz", pretrained)
+def test_the_aot_compiled_shipped_network_decides_like_numpy_on_every_call_site(pretrained):
+    report("pretrained:inlining-oz's network", pretrained)
     assert_decides_like_numpy(pretrained)
     assert pretrained.model.command[1] == "aot_compile_cpu"
 

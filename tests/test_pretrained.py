@@ -56,7 +56,9 @@ def test_the_pretrained_policy_ships_in_the_package_and_loads_by_name():
     problem, major, minor = parse_version(policy.version)
     assert (problem, major) == ("inlining", 1) and policy.version == f"inlining-{major}.{minor}"
     assert policy.name == "pretrained:inlining-oz"
-    assert "inlining_default" not in policy.required_features  # never clang's own answer
+    # the network never reads clang's own answer; outside its window that answer stands
+    assert "inlining_default" not in policy.vocab.features
+    assert policy.window == "shift:2:30:3:0" and policy.version == "inlining-1.1"
 
 
 def test_the_pretrained_policy_was_trained_with_the_pinned_config():
