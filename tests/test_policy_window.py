@@ -141,3 +141,15 @@ def test_mlgo_cc_serves_a_windowed_policy_with_clangs_decision(tmp_path):
         assert res.returncode == 0, res.stderr
         objects[spec] = (src / out).read_bytes()
     assert objects[str(tmp_path / "always")] == objects["shift:0:30:3:0"]
+
+
+def test_search_starts_from_a_windowed_policy_least_certain_network_decision_first(
+        demo_corpus_dir, tmp_path):
+    # the window's inputs (clang's decision) are not the network's: the flip order must
+    # read the network's own inputs (the stop-38 policy_quality run failed on that)
+    corpus = copy_demo_subset(demo_corpus_dir, tmp_path / "corpus", CHANGED[1:])
+    save_policy(constant(1), tmp_path / "always")
+    assert main(["search", "--corpus", str(corpus), "--policy", str(tmp_path / "always"),
+                 "--budget", "2", "--workers", "2", "--output-dir", str(tmp_path / "s")]) == 0
+    (module,) = json.loads((tmp_path / "s" / "search.json").read_text())["modules"].values()
+    assert module["compiles"] == 2 and module["best_bytes"] <= module["start_bytes"]

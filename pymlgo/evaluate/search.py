@@ -190,13 +190,9 @@ def flip_order(policy: Policy, traj: Trajectory, seed: int) -> list[int]:
     """Decision positions, least certain first if `policy` has logits (the MLP), else a
     shuffle seeded by `seed`."""
     n = len(traj)
-    logits = getattr(policy, "logits", None)
+    logits = getattr(policy, "decision_logits", None)
     if callable(logits) and n:
-        x = np.concatenate(
-            [np.asarray(traj.features[name]).reshape(n, -1) for name in policy.required_features],
-            axis=1,
-        )
-        certainty = np.abs(np.asarray(logits(x), dtype=np.float64).reshape(n))
+        certainty = np.abs(np.asarray(logits(traj.features, n), dtype=np.float64).reshape(n))
         return [int(i) for i in np.argsort(certainty, kind="stable")]
     order = list(range(n))
     random.Random(seed).shuffle(order)

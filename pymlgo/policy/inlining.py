@@ -110,9 +110,17 @@ class InliningPolicy:
                                     *shift_policy(self.window).required_features)))
 
     def logits(self, x: np.ndarray) -> np.ndarray:
-        """Raw feature matrix (n, vocab.raw_width), columns in `required_features` order (an
-        embedding spans `dim` columns) -> (n,) logits."""
+        """Raw feature matrix (n, vocab.raw_width), columns in `vocab.raw_features` order (an
+        embedding spans `dim` columns) -> (n,) logits of the network (a window's forced
+        decisions aside)."""
         return self.params.forward(self.vocab.normalize(x))
+
+    def decision_logits(self, features: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+        """The network's logits at `n` recorded decisions, from their features by name (as a
+        trajectory holds them: one row per decision)."""
+        return self.logits(np.concatenate(
+            [np.asarray(features[name]).reshape(n, -1) for name in self.vocab.raw_features],
+            axis=1))
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
         """Raw feature matrix (n, f) -> (n,) P(inline), float32."""

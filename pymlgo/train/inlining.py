@@ -255,6 +255,10 @@ class InliningTraining:
         ir2vec = ir2vec_vocab_of(spec.options)
         initial: InliningPolicy
         if sources.warm is not None:
+            if sources.warm.window and config.algo not in WINDOW_ALGOS:
+                raise ConfigError(f"the warm start {config.warmstart} decides within the "
+                                  f"window {sources.warm.window}; algo {config.algo!r} cannot "
+                                  f"train such a policy (use one of {', '.join(WINDOW_ALGOS)})")
             check_features(sources, config, compiler_features, None)
             initial = _carrying(sources.warm, ir2vec)
         else:
