@@ -26,6 +26,7 @@ from pymlgo.problems.inlining.compile import channel_flags
 from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, builtin_policy
 from pymlgo.toolchain.compiler import bundled_zig
 from pymlgo.toolchain.size import object_size
+from tests.shipped_network import saved_shipped_network
 from tests.workers_support import processes_mentioning
 
 DATA = Path(__file__).parent / "data"
@@ -176,23 +177,27 @@ def test_mlgo_cc_builds_its_commands_without_importing_numpy():
 def test_clangs_own_decision_is_asked_for_only_when_the_policy_reads_it(tmp_path):
     # Sending inlining_default costs clang one more inline-cost analysis per call site.
     assert cc.pretrained_dir("inlining-oz") == pretrained_root() / "inlining-oz"
-    for spec in ("default", "never", "always", "random:0.5:1", "pretrained:inlining-oz"):
+    net = str(saved_shipped_network(tmp_path / "net"))
+    for spec in ("default", "never", "always", "random:0.5:1", "pretrained:inlining-oz", net):
         reads = DEFAULT_FEATURE in load_policy(spec).required_features
         assert cc.policy_reads_default(spec) is reads, spec
-    assert not cc.policy_reads_default("pretrained:inlining-oz")
+    assert not cc.policy_reads_default(net)  # a network of clang's features alone
+    # its window gives clang's decision outside it
+    assert cc.policy_reads_default("pretrained:inlining-oz")
     # a saved policy that reads it, and one whose policy.json cannot be read: ask for it
-    doc = json.loads((pretrained_root() / "inlining-oz" / "policy.json").read_text())
+    doc = json.loads((tmp_path / "net" / "policy.json").read_text())
     doc["features"].append({"name": DEFAULT_FEATURE, "type": "int64_t", "shape": [1]})
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "policy.json").write_text(json.dumps(doc))
     assert cc.policy_reads_default(str(tmp_path / "p"))
     assert cc.policy_reads_default(str(tmp_path / "no-such-policy"))
-    inv = cc.parse_args("cc", ["-Oz", "-c", "a.c"], {})
+    inv = cc.parse_args("cc", ["--mlgo-policy", net, "-Oz", "-c", "a.c"], {})
     cmd = cc.policy_command(inv, ["zig", "cc"], tmp_path / "ch")
     assert "-inliner-interactive-include-default" not in cmd
-    inv = cc.parse_args("cc", ["--mlgo-policy", "default", "-Oz", "-c", "a.c"], {})
-    assert "-inliner-interactive-include-default" in cc.policy_command(inv, ["zig", "cc"],
-                                                                       tmp_path / "ch")
+    for spec in ("default", "pretrained:inlining-oz"):
+        inv = cc.parse_args("cc", ["--mlgo-policy", spec, "-Oz", "-c", "a.c"], {})
+        assert "-inliner-interactive-include-default" in cc.policy_command(
+            inv, ["zig", "cc"], tmp_path / "ch")
 
 
 # --- real compiles -----------------------------------------------------------------------------
@@ -217,8 +222,9 @@ def test_default_policy_gives_the_bytes_of_plain_clang(src, level):
 
 
 def test_leaving_out_clangs_decision_does_not_change_a_policys_output(src, tmp_path):
-    # The pretrained policy does not read inlining_default, so mlgo cc does not ask for it;
-    # asking for it anyway must give the same object from the same decisions.
+    # A network of clang's features alone does not read inlining_default, so mlgo cc does
+    # not ask for it; asking for it anyway must give the same object from the same decisions.
+    net = str(saved_shipped_network(tmp_path / "net"))
     objects, decisions = [], []
     for include in (False, True):
         base = tmp_path / f"fifos-{include}" / "channel"
@@ -228,7 +234,7 @@ def test_leaving_out_clangs_decision_does_not_change_a_policys_output(src, tmp_p
         inv = cc.parse_args("cc", ["-Oz", "-c", "table.c", "-o", f"{include}.o"], {})
         cmd = [*cc.reference_command(inv, cc.driver_argv(inv)),
                *cc.channel_args(base, include_default=include)]
-        stats = serve_compile(cmd, src, base, "pretrained:inlining-oz", "table.c")
+        stats = serve_compile(cmd, src, base, net, "table.c")
         objects.append((src / f"{include}.o").read_bytes())
         decisions.append((stats.sessions, stats.decisions, stats.inlined))
     assert objects[0] == objects[1] and decisions[0] == decisions[1]

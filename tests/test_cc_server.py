@@ -250,9 +250,11 @@ def test_a_client_may_ask_what_the_policy_needs_of_clang():
 
     assert cc_server.DEFAULT_FEATURE == DEFAULT_FEATURE
     vocab = Path("/policies/p/ir2vec.json")
+    net = replace(load_policy(POLICY), window="")  # clang's features alone
     for policy, reads, ir2vec in (
-            (load_policy("default"), True, None), (load_policy(POLICY), False, None),
-            (replace(load_policy(POLICY), ir2vec_vocab=vocab), False, str(vocab))):
+            (load_policy("default"), True, None), (net, False, None),
+            (load_policy(POLICY), True, None),  # its window gives clang's decision outside
+            (replace(net, ir2vec_vocab=vocab), False, str(vocab))):
         server_end, client_end = socket.socketpair()
         handler = threading.Thread(target=cc_server._handle, args=(server_end, policy, None))
         handler.start()

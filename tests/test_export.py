@@ -3,7 +3,6 @@ the native numpy policy, checked on every observation of a real trace."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -14,9 +13,10 @@ import pytest
 from pymlgo.policy import export
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.policy.mlp import MLPParams, init_mlp
-from pymlgo.policy.store import load_policy, save_policy
+from pymlgo.policy.store import save_policy
 from pymlgo.policy.vocab import build_vocab
 from pymlgo.protocol.log import Header, Observation, read_events
+from tests.shipped_network import shipped_network
 from tests.test_train_corpus import build_tiny_corpus
 
 pytest.importorskip("tensorflow", reason="the export extra: pip install 'pymlgo[export]'")
@@ -65,14 +65,6 @@ def balanced_policy(cols: dict[str, np.ndarray], differences: tuple[str, ...] = 
     bias = params.biases[-1] - np.float32(np.median(logits)) + np.float32(1e-3)
     params = MLPParams(params.weights, (*params.biases[:-1], bias.astype(np.float32)))
     return InliningPolicy(vocab=vocab, params=params)
-
-
-def shipped_network() -> InliningPolicy:
-    """The shipped model's network, without its window (which needs clang's own decision,
-    an input release mode lacks): what one trains without a window to export."""
-    policy = load_policy("pretrained:inlining-oz")
-    assert isinstance(policy, InliningPolicy) and policy.window
-    return dataclasses.replace(policy, window="")
 
 
 def native_decisions(policy: InliningPolicy, cols: dict[str, np.ndarray]) -> np.ndarray:

@@ -22,7 +22,8 @@ from pymlgo.evaluate.trace import trace_columns  # noqa: E402
 from pymlgo.policy import aot  # noqa: E402
 from pymlgo.policy.export import TIME_STEP_SPECS  # noqa: E402
 from pymlgo.policy.store import load_policy  # noqa: E402
-from tests.test_export import balanced_policy, shipped_network  # noqa: E402
+from tests.shipped_network import shipped_network  # noqa: E402
+from tests.test_export import balanced_policy  # noqa: E402
 
 TRACED_PACKAGE = "lz4"
 

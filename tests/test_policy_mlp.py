@@ -75,9 +75,9 @@ from pymlgo.policy.store import load_policy
 from pymlgo.train.es import weighted_sum
 rng = np.random.default_rng(7)
 policy = load_policy("pretrained:inlining-oz")
-x = rng.integers(0, 400, (300, len(policy.required_features))).astype(np.int64)
+x = rng.integers(0, 400, (300, len(policy.vocab.raw_features))).astype(np.int64)
 rows = _row_logit_fn(policy.vocab, policy.params)
-one = np.array([rows({n: np.array([v]) for n, v in zip(policy.required_features, r)})
+one = np.array([rows({n: np.array([v]) for n, v in zip(policy.vocab.raw_features, r)})
                 for r in x], dtype=np.float32)
 batch = policy.logits(x)
 assert np.array_equal(one, batch), "row by row differs from the block"
