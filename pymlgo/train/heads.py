@@ -74,7 +74,7 @@ class InliningHead:
         xs, acts, advs = [], [], []
         for e in ok:
             assert e.actions is not None
-            xs.append(inputs(behaviour.required_features, e))
+            xs.append(inputs(behaviour.vocab.raw_features, e))
             acts.append(e.actions)
             adv_e = (np.full(len(e.actions), module_adv[id(e)]) if ppo.shaper is None
                      else per_decision[id(e)])
