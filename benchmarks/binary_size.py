@@ -436,6 +436,7 @@ class Toolchain:
 
     zig: str
     policy: str
+    guard: bool = False  # `mlgo cc --mlgo-guard`: per object the smaller of policy and plain
     mlgo: list[str] = field(default_factory=mlgo_command)
 
     def make_vars(self, variant: str, token: str) -> dict[str, str]:
@@ -444,7 +445,7 @@ class Toolchain:
             cc, cxx = [self.zig, "cc"], [self.zig, "c++"]
             flags = [*common, "-Xclang", "-Oz"]  # what mlgo cc adds to reach cc1 at -Oz
         else:
-            pol = ["--mlgo-policy", self.policy]
+            pol = ["--mlgo-policy", self.policy, *(["--mlgo-guard"] if self.guard else [])]
             cc, cxx = [*self.mlgo, "cc", *pol], [*self.mlgo, "c++", *pol]
             flags = common
         return {"CC": shlex.join(cc), "CXX": shlex.join(cxx),
@@ -552,12 +553,28 @@ def _change(plain: int, policy: int) -> dict[str, float | int]:
             "ratio": round(policy / plain - 1, 6) if plain else 0.0}
 
 
+def guard_kept(log: list[dict[str, Any]]) -> dict[str, int]:
+    """How many objects the guarded compiles of `mlgo cc`'s log kept from each side
+    ("policy", "plain"), and how many compiles it could not weigh ("unguarded")."""
+    kept: list[str] = []
+    for rec in log:
+        g = rec.get("guard")
+        if not isinstance(g, dict):
+            continue
+        if not g.get("applied"):
+            kept.append("unguarded")
+        kept += [str(o.get("kept")) for o in g.get("objects") or ()]
+    return {k: kept.count(k) for k in sorted(set(kept))}
+
+
 def measure_program(program: Program, policy: str, root: Path, jobs: int = 2,
                     runtime_parent: Path | None = None,
-                    order: tuple[str, str] = ("plain", "policy")) -> dict[str, Any]:
-    """Build `program` plain and with `policy` under `root` (in `order`), run its tests on
-    both builds, and return its report (sizes summed over its linked binaries)."""
-    tools = Toolchain(str(bundled_zig()), policy)
+                    order: tuple[str, str] = ("plain", "policy"),
+                    guard: bool = False) -> dict[str, Any]:
+    """Build `program` plain and with `policy` under `root` (in `order`; the policy build
+    through `--mlgo-guard` with `guard`), run its tests on both builds, and return its report
+    (sizes summed over its linked binaries)."""
+    tools = Toolchain(str(bundled_zig()), policy, guard)
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mlgo-bs-") as rt:
         runtime = runtime_parent or Path(rt)
@@ -585,6 +602,8 @@ def measure_program(program: Program, policy: str, root: Path, jobs: int = 2,
             entry["inlined"] = sum(r.get("inlined") or 0 for r in served)
             entry["uncounted_compiles"] = sum(1 for r in served if r.get("decisions") is None)
             entry["failed_commands"] = sum(1 for r in b.log if r.get("returncode"))
+            if guard:
+                entry["guard_kept"] = guard_kept(b.log)
         out[v] = entry
     plain, pol = (total(builds[v].binaries.values()) for v in ("plain", "policy"))
     po, pp = builds["plain"].objects, builds["policy"].objects
@@ -651,11 +670,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="also write the JSON to OUTPUT_DIR/binary_size.json")
     p.add_argument("--keep", action="store_true",
                    help="keep the build directories (their path goes to stderr)")
+    p.add_argument("--guard", action="store_true",
+                   help="build the policy side with `mlgo cc --mlgo-guard`: every object the "
+                   "smaller of the policy's and plain -Oz's (two compiles each), as a user "
+                   "who wants no object to grow would")
     args = p.parse_args(argv)
 
     started = time.perf_counter()
     compiler = find_compiler(None)
-    tools = Toolchain(str(bundled_zig()), args.policy)
+    tools = Toolchain(str(bundled_zig()), args.policy, args.guard)
     root = Path(tempfile.mkdtemp(prefix="pymlgo-binary-size-"))
     results: dict[str, Any] = {}
     failed: dict[str, str] = {}
@@ -670,7 +693,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 order = ("plain", "policy") if i % 2 == 0 else ("policy", "plain")
                 try:
                     r = measure_program(PROGRAMS[name], args.policy, root, args.jobs,
-                                        Path(rt), order)
+                                        Path(rt), order, args.guard)
                 except Exception as exc:  # one program that fails to build: report, go on
                     failed[name] = f"{type(exc).__name__}: {exc}"
                     print(f"binary_size: {name}: {failed[name]}", file=sys.stderr, flush=True)
@@ -691,7 +714,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compiler": compiler.describe(),
         "target": " ".join(TARGET_FLAGS),
         "plain": f"zig cc/c++ {' '.join(TARGET_FLAGS)} -Oz -Xclang -Oz",
-        "with_policy": f"mlgo cc/c++ --mlgo-policy {args.policy} {' '.join(TARGET_FLAGS)} -Oz",
+        "with_policy": f"mlgo cc/c++ --mlgo-policy {args.policy}"
+                       f"{' --mlgo-guard' if args.guard else ''} {' '.join(TARGET_FLAGS)} -Oz",
+        "guard": args.guard,
         "jobs": args.jobs,
         "programs": results,
         "failed": failed,

@@ -45,3 +45,17 @@ def test_default_policy_links_the_same_bytes_as_plain_oz(tmp_path: Path) -> None
     built = tmp_path / "build" / "lz4"
     assert (built / "plain" / "lz4_files").read_bytes() == (
         built / "policy" / "lz4_files").read_bytes()
+
+
+def test_guarded_policy_build_links_no_larger_than_plain_oz(tmp_path: Path) -> None:
+    # `always` grows lz4's objects; through `--mlgo-guard` each of them must come back as
+    # plain -Oz's, so the linked program is no larger and its tests still pass.
+    bench = _load_benchmark()
+    report = bench.measure_program(bench.PROGRAMS["lz4"], "always", tmp_path / "build",
+                                   jobs=2, guard=True)
+    plain, policy = report["plain"], report["policy"]
+    assert policy["tests_passed"], policy["test_detail"]
+    assert policy["guard_kept"].get("plain", 0) >= 4  # lz4, lz4frame, lz4hc, the driver
+    assert policy["objects"]["metrics"]["allocated"] <= plain["objects"]["metrics"]["allocated"]
+    assert policy["metrics"]["allocated"] <= plain["metrics"]["allocated"]
+    assert policy["compiles_served"] == 5 and policy["failed_commands"] == 0
