@@ -120,12 +120,16 @@ def lto_kind(args: Sequence[str]) -> str | None:
     return kind
 
 
+# pymlgo.toolchain.opt_level's LEVELS: run with `python -S`, this script cannot import pymlgo
+# (tests/test_opt_level.py holds the two equal).
+_LEVELS = frozenset({"-O0", "-O1", "-O2", "-O3", "-O4", "-O", "-Os", "-Oz", "-Ofast", "-Og"})
+
+
 def last_opt_level(args: Sequence[str]) -> str | None:
     """The driver's optimization level: its last `-O` flag (`-O` alone is `-O1`), or None."""
     level: str | None = None
     for arg in args:
-        if arg.startswith("-O") and len(arg) <= 6 and arg[2:] in ("", "0", "1", "2", "3", "s",
-                                                                 "z", "fast", "g"):
+        if arg in _LEVELS:
             level = arg if arg != "-O" else "-O1"
     return level
 

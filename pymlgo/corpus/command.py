@@ -6,6 +6,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pymlgo.toolchain.opt_level import LEVELS as OPT_LEVELS
+
 # cc1 flags that name build-time side outputs or inputs; each takes one argument.
 _DROP_WITH_ARG = frozenset({"-o", "-x", "-dependency-file", "-MT", "-MQ", "-MF"})
 # Flags that would re-embed bitcode (bloating the object) or emit dependency files.
@@ -14,7 +16,6 @@ _DROP_ALONE = frozenset({"-sys-header-deps", "-MV", "-MD", "-MMD", "-fembed-bitc
 # its imports (and the whole command) this way, which is how the corpus got it, not part of
 # the backend; kept, every compile would write it again, the channel flags included.
 _DROP_LLVM_PREFIXES = ("-lto-embed-bitcode",)
-_OPT_LEVELS = frozenset({"-O0", "-O1", "-O2", "-O3", "-O", "-Os", "-Oz", "-Ofast", "-Og"})
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def recompile_args(
         i += 1
         if arg in _DROP_ALONE:
             continue
-        if opt_level is not None and arg in _OPT_LEVELS:
+        if opt_level is not None and arg in OPT_LEVELS:
             continue
         out.append(arg)
     if out and out[0] != "-cc1":

@@ -43,6 +43,7 @@ from typing import Any
 
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.lld import LinkCommandError, lld_command
+from pymlgo.toolchain.opt_level import last_level
 
 TIMEOUT_S = 3600.0
 
@@ -70,11 +71,6 @@ class Indexed:
 
 def _lld(compiler: Compiler) -> list[str]:
     return [str(compiler.path), "ld.lld"] if compiler.bundled else ["ld.lld"]
-
-
-def _opt_level(args: Sequence[str]) -> str:
-    levels = [a for a in args if a.startswith("-O") and len(a) <= 6 and "=" not in a]
-    return levels[-1] if levels else "-O0"
 
 
 def backend_flags(lld_args: Sequence[str]) -> list[str]:
@@ -183,7 +179,8 @@ def compile_backends(compiler: Compiler, compiles: Sequence[dict[str, Any]],
         native = native_root / rel
         native.parent.mkdir(parents=True, exist_ok=True)
         args = [*compiler.clang_argv, f"--target={target}",
-                _opt_level(by_output[obj]["arguments"]), *indexed.flags[obj], "-c", "-x", "ir",
+                last_level(by_output[obj]["arguments"]) or "-O0", *indexed.flags[obj], "-c",
+                "-x", "ir",
                 obj, f"-fthinlto-index={idx}", "-mllvm",
                 "-lto-embed-bitcode=post-merge-pre-opt", "-o", rel]
         # run where the object goes, named relative to it, as a build writes its commands

@@ -49,6 +49,7 @@ from pymlgo.deploy import cc_server, guard, lto
 from pymlgo.deploy.answer import ServeStats, serve_sessions
 from pymlgo.problems.inlining.builtin_specs import DEFAULT_FEATURE, builtin
 from pymlgo.toolchain.lld import LinkCommandError, lld_command
+from pymlgo.toolchain.opt_level import level_of
 
 POLICY_ENV, LOG_ENV, TIMEOUT_ENV = "MLGO_POLICY", "MLGO_CC_LOG", "MLGO_CC_TIMEOUT"
 DEFAULT_POLICY = "pretrained:inlining-oz"
@@ -107,14 +108,6 @@ class Invocation:
         return self.opt_level in SIZE_LEVELS and bool(self.sources) and self.codegen
 
 
-def _opt_level(arg: str) -> str | None:
-    if arg == "-O":
-        return "-O1"
-    if arg.startswith("-O") and len(arg) <= 6 and "=" not in arg:
-        return arg
-    return None
-
-
 def parse_args(tool: str, argv: Sequence[str], env: dict[str, str]) -> Invocation:
     """Split mlgo's own options (`--mlgo-policy`, `--clang`, `--mlgo-guard`,
     `--mlgo-guard-metric`) from the compiler's."""
@@ -163,7 +156,7 @@ def parse_args(tool: str, argv: Sequence[str], env: dict[str, str]) -> Invocatio
             language_given = arg[2:] != "none"
         if arg in _NO_CODEGEN:
             codegen = False
-        elif (lvl := _opt_level(arg)) is not None:
+        elif (lvl := level_of(arg)) is not None:
             level = lvl
         elif _is_source(arg, language_given):
             sources.append(arg)
