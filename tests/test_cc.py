@@ -348,14 +348,17 @@ def make(src: Path, cc_command: str, cflags: str, log: Path | None = None) -> No
                    check=True, timeout=1800)
 
 
-def test_make_builds_a_working_compressor_with_the_pretrained_policy(tmp_path,
-                                                                    private_runtime):
+def test_make_builds_a_working_compressor_with_a_learned_policy(tmp_path, private_runtime):
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
+    from tests.shipped_network import every_language_spec
+
+    # the shipped model deciding C as well: the shipped one leaves lz4 (C) to clang
+    learned = every_language_spec()
     ml_src = lz4_project(tmp_path / "mlgo")
     oz_src = lz4_project(tmp_path / "oz")
     log = tmp_path / "cc.jsonl"
-    make(ml_src, shlex.join([*mlgo_command(), "cc"]), "-Oz", log)  # the shipped policy
+    make(ml_src, shlex.join([*mlgo_command(), "cc", "--mlgo-policy", learned]), "-Oz", log)
     # Plain clang at -Oz through the same driver (zig cc alone would run cc1 at -Os), with
     # a define of its own so that zig's object cache cannot answer from an earlier build.
     make(oz_src, shlex.join([str(bundled_zig()), "cc"]),
@@ -372,8 +375,7 @@ def test_make_builds_a_working_compressor_with_the_pretrained_policy(tmp_path,
     served = [r for r in log_records(log) if r["served"]]
     assert sorted(r["args"][r["args"].index("-c") + 1] for r in served) == sorted(
         o.replace(".o", ".c") for o in LZ4_OBJECTS)
-    assert all(r["policy"] == "pretrained:inlining-oz" and r["returncode"] == 0
-               for r in served)
+    assert all(r["policy"] == learned and r["returncode"] == 0 for r in served)
     assert sum(r["decisions"] for r in served) > 100
     # one policy server, started by the first compile, answered all of them
     assert {r["served_by"] for r in served} == {"server"}
@@ -381,7 +383,7 @@ def test_make_builds_a_working_compressor_with_the_pretrained_policy(tmp_path,
 
     sizes = {
         name: {"program": allocated(d / "lz4rt"), **{o: allocated(d / o) for o in LZ4_OBJECTS}}
-        for name, d in (("mlgo cc (pretrained:inlining-oz)", ml_src), ("clang -Oz", oz_src))
+        for name, d in (("mlgo cc (learned)", ml_src), ("clang -Oz", oz_src))
     }
     objs = {n: sum(v for k, v in s.items() if k != "program") for n, s in sizes.items()}
     print("\nallocated bytes:", json.dumps({"per_file": sizes, "objects_total": objs}, indent=1))
@@ -390,6 +392,36 @@ def test_make_builds_a_working_compressor_with_the_pretrained_policy(tmp_path,
     # The policy's answers reached clang: some object differs from the -Oz build (a wrapper
     # that silently fell back to clang's heuristic would give identical objects) ...
     assert any(policy[o] != oz[o] for o in LZ4_OBJECTS)
-    # ... and the shipped policy stays within 1% of -Oz on a program it was not trained on,
-    # counting every allocated section (the size metric's default)
+    # ... and it stays within 1% of -Oz on a program it was not trained on, counting every
+    # allocated section (the size metric's default)
     assert abs(policy["program"] / oz["program"] - 1) <= 0.01
+
+
+def test_the_shipped_policy_builds_c_as_plain_oz_and_serves_cxx(tmp_path, private_runtime):
+    # The shipped model decides C++ only: a C program comes out as plain -Oz to the byte,
+    # compiled without the channel, and a C++ source is served.
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    ml_src = lz4_project(tmp_path / "mlgo")
+    oz_src = lz4_project(tmp_path / "oz")
+    log = tmp_path / "cc.jsonl"
+    make(ml_src, shlex.join([*mlgo_command(), "cc"]), "-Oz", log)  # the shipped policy
+    make(oz_src, shlex.join([str(bundled_zig()), "cc"]),
+         f"-Oz -Xclang -Oz -DPYMLGO_TEST_RUN={time.time_ns()}")
+    for o in LZ4_OBJECTS:
+        assert (ml_src / o).read_bytes() == (oz_src / o).read_bytes(), o
+    compiles = [r for r in log_records(log) if "-c" in r["args"]]
+    assert len(compiles) == len(LZ4_OBJECTS)
+    assert not any(r["served"] for r in compiles)
+    assert all("leaves c to clang" in r["reason"] for r in compiles)
+    assert not processes_mentioning(private_runtime / "cc")  # no server was needed
+
+    (tmp_path / "hello.cc").write_text(
+        "#include <string>\n#include <vector>\nstd::string join(const std::vector<int> &v) "
+        "{ std::string s; for (int x : v) s += std::to_string(x) + ','; return s; }\n")
+    res = subprocess.run([*mlgo_command(), "c++", "-Oz", "-c", "hello.cc"], cwd=tmp_path,
+                         env={**os.environ, "MLGO_CC_LOG": str(tmp_path / "cxx.jsonl")},
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    (rec,) = log_records(tmp_path / "cxx.jsonl")
+    assert rec["served"] and rec["policy"] == "pretrained:inlining-oz" and rec["decisions"] > 0

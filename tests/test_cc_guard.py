@@ -14,6 +14,7 @@ import pytest
 
 from pymlgo.deploy import cc, guard
 from pymlgo.toolchain.size import SIZE_METRICS, object_size
+from tests.shipped_network import every_language_spec
 from tests.test_cc import (
     MINIC,
     log_records,
@@ -82,7 +83,8 @@ def test_a_policy_that_shrinks_code_keeps_its_object(src):
     assert obj["kept"] == "policy" and obj["policy_bytes"] < obj["plain_bytes"]
 
 
-@pytest.mark.parametrize("policy", ["always", "never", "default", "pretrained:inlining-oz"])
+@pytest.mark.parametrize("policy", ["always", "never", "default", "pretrained:inlining-oz",
+                                    every_language_spec()])
 def test_the_guard_never_yields_more_bytes_than_plain_oz_and_is_deterministic(src, policy):
     # MLGO_GUARD=1 is the same as --mlgo-guard; no -o: the object is the source's stem.
     objects = []
@@ -132,7 +134,9 @@ def test_one_command_with_several_sources_is_guarded_as_the_driver_writes_it(src
 def test_a_failing_policy_compile_shows_the_compilers_error_once(src):
     (src / "broken.c").write_text("int f(void) { return missing_name; }\n")
     log = src / "log.jsonl"
-    res = mlgo_cc("--mlgo-guard", "-Oz", "-c", "broken.c", "-o", "b.o", cwd=src, log=log)
+    # a learned policy that decides C (the shipped one leaves C to clang: nothing to guard)
+    res = mlgo_cc("--mlgo-guard", "--mlgo-policy", every_language_spec(), "-Oz", "-c",
+                  "broken.c", "-o", "b.o", cwd=src, log=log)
     assert res.returncode != 0
     assert res.stderr.count("missing_name") >= 1
     assert res.stderr.count("error:") == 1  # the plain compile's copy is not shown

@@ -16,17 +16,28 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pymlgo.deploy import cc, cc_server
 from pymlgo.deploy.cc import pretrained_dir
 from pymlgo.deploy.launcher import build_config, launcher_path
-from tests.test_cc import LZ4_OBJECTS, MINIC, log_records, lz4_project, make, mlgo_cc
+from tests.shipped_network import every_language_spec
+from tests.test_cc import LZ4_OBJECTS, MINIC, log_records, lz4_project, make
+from tests.test_cc import mlgo_cc as mlgo_cc_default
 from tests.test_cc import mlgo_command as cc_python
 from tests.workers_support import processes_mentioning, wait_until
 
-POLICY = "pretrained:inlining-oz"
+# the shipped model deciding C as well (the shipped one leaves C, these sources' language, to
+# clang); the default policy of every command here ($MLGO_POLICY)
+POLICY = every_language_spec()
+
+
+def mlgo_cc(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """`mlgo cc --mlgo-policy POLICY ARGS` (or the policy ARGS name)."""
+    policy = () if "--mlgo-policy" in args else ("--mlgo-policy", POLICY)
+    return mlgo_cc_default(*policy, *args, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +51,9 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-unt
     its servers killed at the end."""
     runtime, tmpdir = tmp_path / "run", tmp_path / "tmp"
     tmpdir.mkdir()
-    for var in ("MLGO_POLICY", "MLGO_CC_LOG", "MLGO_GUARD", "MLGO_CLANG", cc_server.SERVER_ENV):
+    for var in ("MLGO_CC_LOG", "MLGO_GUARD", "MLGO_CLANG", cc_server.SERVER_ENV):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MLGO_POLICY", POLICY)
     monkeypatch.setenv("MLGO_RUNTIME_DIR", str(runtime))
     monkeypatch.setenv("TMPDIR", str(tmpdir))
     monkeypatch.setenv(cc_server.IDLE_ENV, "60")
@@ -180,7 +192,7 @@ def test_the_launcher_uses_the_python_paths_server_and_gives_its_bytes(launcher,
 @pytest.mark.parametrize("spec", ["always", "random:0.5:1", "shift:2:30:3", "relative-policy-dir"])
 def test_the_launcher_finds_the_server_of_any_policy_spec(launcher, env, src, tmp_path, spec):
     if spec == "relative-policy-dir":
-        shutil.copytree(pretrained_dir("inlining-oz"), src / spec)
+        shutil.copytree(POLICY, src / spec)
     start_server(src, spec)
     log = tmp_path / "log.jsonl"
     res = run(launcher, "--mlgo-policy", spec, "-Oz", "-c", "table.c", cwd=src, log=log)
@@ -193,8 +205,9 @@ def test_a_make_build_gives_the_same_bytes_through_launcher_and_python_path(laun
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     built = {}
-    for way, command in (("launcher", str(launcher)),
-                         ("python", shlex.join([*cc_python(), "cc"]))):
+    # (make's environment has no $MLGO_POLICY: the commands name the policy)
+    for way, command in (("launcher", shlex.join([str(launcher), "--mlgo-policy", POLICY])),
+                         ("python", shlex.join([*cc_python(), "cc", "--mlgo-policy", POLICY]))):
         project = lz4_project(tmp_path / way)
         log = tmp_path / f"{way}.jsonl"
         make(project, command, "-Oz", log)
@@ -253,7 +266,7 @@ def test_a_server_that_goes_away_mid_compile_has_the_compile_redone(launcher, en
                                                                    tmp_path):
     # A "server" that takes the compile, then hangs up and stops listening: the launcher
     # hands the command to the Python path, which starts a real server and compiles again.
-    key = cc_server.policy_key(POLICY, pretrained_dir("inlining-oz"))
+    key = cc_server.policy_key(POLICY, Path(POLICY))
     path = cc_server.socket_path(key)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))

@@ -10,13 +10,16 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pymlgo.deploy import lto
 from pymlgo.deploy.launcher import command as launcher_command
 from pymlgo.toolchain.compiler import bundled_zig
-from tests.test_cc import MINIC, log_records, mlgo_cc
+from tests.shipped_network import every_language_spec
+from tests.test_cc import MINIC, log_records
+from tests.test_cc import mlgo_cc as mlgo_cc_default
 
 # main() calls two functions defined only in the other file: every inlining decision about
 # them is a link-time one (the compile of main.c has no call site it could inline).
@@ -36,6 +39,15 @@ int scale(int x) { return x * 3 + 1; }
 int clamp(int x) { if (x > 100) return x - 7; return x * 2; }
 """
 WARNING = "the link-time inliner of this LTO link"
+# the shipped model deciding C as well: minic is C, and a link's modules do not say their
+# language, so the shipped one (C++ only) leaves every LTO link to the stock inliner
+POLICY = every_language_spec()
+
+
+def mlgo_cc(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """`mlgo cc --mlgo-policy POLICY ARGS` (or the policy ARGS name)."""
+    policy = () if "--mlgo-policy" in args else ("--mlgo-policy", POLICY)
+    return mlgo_cc_default(*policy, *args, **kw)
 
 
 def zig(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -134,7 +146,7 @@ def test_make_builds_minic_with_thinlto_and_the_pretrained_policy_at_link_time(t
 def mlgo_cc_argv() -> list[str]:
     from tests.test_cc import mlgo_command
 
-    return [*mlgo_command(), "cc"]
+    return [*mlgo_command(), "cc", "--mlgo-policy", POLICY]
 
 
 # --- never silence: the links whose link-time inliner is the stock one -------------------------
@@ -177,14 +189,29 @@ def test_the_native_launcher_hands_lto_links_to_the_python_path(tmp_path):
         pytest.skip(why_not)
     d = objects(tmp_path, "-flto=thin")
 
+    env = {**os.environ, "MLGO_POLICY": POLICY}
+
     def explain(*args: str) -> str:
         return subprocess.run([*cmd, "--mlgo-launcher-explain", *args], cwd=d, check=True,
-                              capture_output=True, text=True).stdout.strip()
+                              capture_output=True, text=True, env=env).stdout.strip()
 
     assert explain("-Oz", "main.o", "lib.o", "-o", "prog") == "python"
     assert explain("-Oz", "-flto=thin", "main.c", "-o", "prog") == "python"
     assert explain("-Oz", "-flto=thin", "-c", "main.c").startswith("policy")
     res = subprocess.run([*cmd, "-Oz", "main.o", "lib.o", "-o", "prog"], cwd=d, check=False,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0 and WARNING not in res.stderr, res.stderr
     run_program(d / "prog")
+
+
+def test_a_policy_that_decides_some_languages_leaves_lto_links_to_the_stock_inliner(tmp_path):
+    # the shipped model decides C++ only, and the modules of a link do not say their language
+    d = objects(tmp_path, "-flto=thin")
+    log = tmp_path / "log.jsonl"
+    zig("cc", "-Oz", "-flto=thin", "main.o", "lib.o", "-o", "stock", cwd=d)
+    res = mlgo_cc("--mlgo-policy", "pretrained:inlining-oz", "-Oz", "-flto=thin", "main.o",
+                  "lib.o", "-o", "prog", cwd=d, log=log)
+    assert res.returncode == 0 and WARNING in res.stderr and "c++ only" in res.stderr
+    (rec,) = log_records(log)
+    assert rec["lto"]["served"] is False and "language" in rec["lto"]["reason"]
+    assert (d / "prog").read_bytes() == (d / "stock").read_bytes()

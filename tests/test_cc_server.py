@@ -13,16 +13,25 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pymlgo.deploy import cc_server
 from pymlgo.deploy.answer import ServeStats
-from pymlgo.deploy.cc import pretrained_dir
-from tests.test_cc import MINIC, log_records, mlgo_cc
+from tests.shipped_network import every_language_spec
+from tests.test_cc import MINIC, log_records
+from tests.test_cc import mlgo_cc as mlgo_cc_default
 from tests.workers_support import is_running, processes_mentioning, wait_until
 
-POLICY = "pretrained:inlining-oz"
+# the shipped model deciding C as well (the shipped one leaves C, minic's language, to clang)
+POLICY = every_language_spec()
+
+
+def mlgo_cc(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """`mlgo cc --mlgo-policy POLICY ARGS` (or the policy ARGS name)."""
+    policy = () if "--mlgo-policy" in args else ("--mlgo-policy", POLICY)
+    return mlgo_cc_default(*policy, *args, **kw)
 
 
 @pytest.fixture()
@@ -92,7 +101,7 @@ def test_a_killed_servers_stale_socket_is_replaced(src, tmp_path):
 def test_a_server_that_goes_away_mid_compile_has_the_compile_redone_here(src, tmp_path):
     # A "server" that takes the compile and hangs up at once: the compiler may already
     # be waiting on the channel, so the compile starts over and is served by mlgo cc.
-    key = cc_server.policy_key(POLICY, pretrained_dir("inlining-oz"))
+    key = cc_server.policy_key(POLICY, Path(POLICY))
     path = cc_server.socket_path(key)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
@@ -200,7 +209,7 @@ def test_a_policy_the_server_cannot_load_is_reported_by_the_compile(src, tmp_pat
 
 def test_a_saved_policy_named_by_a_relative_path_is_served(src, tmp_path):
     # The server runs in / (it outlives the build step): it gets the absolute path.
-    shutil.copytree(pretrained_dir("inlining-oz"), src / "mypolicy")
+    shutil.copytree(POLICY, src / "mypolicy")
     log = tmp_path / "log.jsonl"
     res = mlgo_cc("--mlgo-policy", "mypolicy", "-Oz", "-c", "table.c", "-o", "mine.o",
                   cwd=src, log=log)
@@ -250,17 +259,20 @@ def test_a_client_may_ask_what_the_policy_needs_of_clang():
 
     assert cc_server.DEFAULT_FEATURE == DEFAULT_FEATURE
     vocab = Path("/policies/p/ir2vec.json")
-    net = replace(load_policy(POLICY), window="")  # clang's features alone
-    for policy, reads, ir2vec in (
-            (load_policy("default"), True, None), (net, False, None),
-            (load_policy(POLICY), True, None),  # its window gives clang's decision outside
-            (replace(net, ir2vec_vocab=vocab), False, str(vocab))):
+    shipped = load_policy("pretrained:inlining-oz")
+    net = replace(shipped, window="", languages=())  # clang's features alone
+    for policy, reads, ir2vec, languages in (
+            (load_policy("default"), True, None, ""), (net, False, None, ""),
+            (load_policy(POLICY), True, None, ""),  # its window: clang's decision outside
+            (shipped, True, None, "c++"),  # C left to clang (the launcher compiles it plain)
+            (replace(net, ir2vec_vocab=vocab), False, str(vocab), "")):
         server_end, client_end = socket.socketpair()
         handler = threading.Thread(target=cc_server._handle, args=(server_end, policy, None))
         handler.start()
         lines = cc_server._Lines(client_end)
         client_end.sendall(b'{"flags": true}\n')
-        assert lines.next(10) == {"include_default": reads, "ir2vec_vocab": ir2vec}
+        assert lines.next(10) == {"include_default": reads, "ir2vec_vocab": ir2vec,
+                                  "languages": languages}
         client_end.close()  # no compile follows: the handler ends quietly
         handler.join(10)
         assert not handler.is_alive()

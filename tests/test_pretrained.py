@@ -28,6 +28,7 @@ hidden = [8]
 quantiles = 50
 differences = ["threshold-cost_estimate"]
 window = "shift:2:30:3:0"
+languages = ["c++"]
 [bc]
 teacher = "best:shift:2:30:3:0,shift:2"
 lr_anneal_epochs = 2
@@ -56,9 +57,11 @@ def test_the_pretrained_policy_ships_in_the_package_and_loads_by_name():
     problem, major, minor = parse_version(policy.version)
     assert (problem, major) == ("inlining", 1) and policy.version == f"inlining-{major}.{minor}"
     assert policy.name == "pretrained:inlining-oz"
-    # the network never reads clang's own answer; outside its window that answer stands
+    # the network never reads clang's own answer; outside its window, and on C, that
+    # answer stands
     assert "inlining_default" not in policy.vocab.features
-    assert policy.window == "shift:2:30:3:0" and policy.version == "inlining-1.1"
+    assert policy.window == "shift:2:30:3:0" and policy.languages == ("c++",)
+    assert policy.version == "inlining-1.2"
 
 
 def test_the_pretrained_policy_was_trained_with_the_pinned_config():

@@ -63,6 +63,7 @@ from pymlgo.corpus.format import (
 from pymlgo.corpus.targets import HOST_TARGET, Target, TargetError, hosted_alternative
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 from pymlgo.toolchain.cross import is_cross
+from pymlgo.toolchain.language import cc1_language
 
 __all__ = [
     "BUILD_DIR", "DEBIAN_FORMAT", "DEFAULT_ORDER", "DEPS_DIR", "OPT_LEVEL", "RECIPES",
@@ -438,17 +439,9 @@ def missing_tools(recipe: Recipe) -> list[str]:
     return [t for t in recipe.tools() if shutil.which(t) is None]
 
 
-_CXX_SUFFIXES = (b".cc", b".cpp", b".cxx", b".c++", b".C", b".hpp", b".hh", b".ii")
-
-
 def module_language(cmd: bytes) -> str:
-    """"c++" or "c" for a module's cc1 command (which names no input: -main-file-name and
-    -std tell the language)."""
-    args = cmd.split(b"\0")
-    for i, arg in enumerate(args[:-1]):
-        if arg == b"-main-file-name":
-            return "c++" if args[i + 1].endswith(_CXX_SUFFIXES) else "c"
-    return "c++" if any(a.startswith((b"-std=c++", b"-std=gnu++")) for a in args) else "c"
+    """"c++" or "c" for a module's cc1 command (a corpus .cmd file: NUL-separated)."""
+    return cc1_language(cmd.decode(errors="replace").split("\0"))
 
 
 def count_languages(sub: Path) -> dict[str, int]:

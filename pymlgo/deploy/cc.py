@@ -48,6 +48,7 @@ from pathlib import Path
 from pymlgo.deploy import cc_server, guard, lto
 from pymlgo.deploy.answer import ServeStats, serve_sessions
 from pymlgo.problems.inlining.builtin_specs import DEFAULT_FEATURE, builtin
+from pymlgo.toolchain.language import source_language
 from pymlgo.toolchain.lld import LinkCommandError, lld_command
 from pymlgo.toolchain.opt_level import level_of
 
@@ -102,6 +103,8 @@ class Invocation:
     guard: bool = False  # --mlgo-guard / $MLGO_GUARD: keep the smaller of policy and plain
     guard_metric: str = "allocated"  # --mlgo-guard-metric / $MLGO_GUARD_METRIC
     inputs: tuple[str, ...] = ()  # file operands that are not sources (objects, archives)
+    # each source's language ("c", "c++"; None: another), as the driver compiles it
+    languages: tuple[str | None, ...] = ()
 
     @property
     def uses_policy(self) -> bool:
@@ -125,6 +128,8 @@ def parse_args(tool: str, argv: Sequence[str], env: dict[str, str]) -> Invocatio
     inputs: list[str] = []
     codegen = True
     language_given = False
+    x_lang: str | None = None  # the -x in force
+    languages: list[str | None] = []
     it = iter(argv)
     for arg in it:
         if arg == "--mlgo-guard":
@@ -150,10 +155,10 @@ def parse_args(tool: str, argv: Sequence[str], env: dict[str, str]) -> Invocatio
             if value is not None:
                 args.append(value)
                 if arg == "-x":
-                    language_given = value != "none"
+                    language_given, x_lang = value != "none", value
             continue
         if arg.startswith("-x") and len(arg) > 2:
-            language_given = arg[2:] != "none"
+            language_given, x_lang = arg[2:] != "none", arg[2:]
         if arg in _NO_CODEGEN:
             codegen = False
         elif (lvl := level_of(arg)) is not None:
@@ -161,13 +166,14 @@ def parse_args(tool: str, argv: Sequence[str], env: dict[str, str]) -> Invocatio
         elif _is_source(arg, language_given):
             sources.append(arg)
             source_at.append(len(args) - 1)
+            languages.append(source_language(arg, x_lang))
         elif not arg.startswith("-"):
             inputs.append(arg)
     if guarded and metric not in GUARD_METRICS:
         raise CCError(f"unknown size metric {metric!r} for the guard: expected one of "
                       f"{', '.join(GUARD_METRICS)}")
     return Invocation(tool, tuple(args), policy, clang, level, tuple(sources), codegen, env,
-                      tuple(source_at), guarded, metric, tuple(inputs))
+                      tuple(source_at), guarded, metric, tuple(inputs), tuple(languages))
 
 
 def _is_source(arg: str, language_given: bool) -> bool:
@@ -242,6 +248,34 @@ def policy_reads_default(spec: str) -> bool:
                                               for f in doc["features"])
     except (OSError, ValueError, KeyError, TypeError):
         return True  # loading the policy will say what is wrong with it
+
+
+def policy_languages(spec: str) -> tuple[str, ...]:
+    """The languages policy `spec` decides for (policy.json 1.2's `languages`); (): every
+    one. Read from policy.json without numpy; a file that cannot be read gives (), and
+    loading the policy says what is wrong with it."""
+    path = saved_policy_dir(spec)
+    if path is None:
+        return ()
+    try:
+        languages = json.loads((path / "policy.json").read_text()).get("languages") or ()
+        return tuple(str(x) for x in languages)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return ()
+
+
+def left_to_clang(inv: Invocation) -> str | None:
+    """Why this compile gets clang's own decisions, plain -Oz's bytes, because the policy
+    does not decide its language; None: the policy decides it. A command that compiles
+    sources of several languages is left to clang unless the policy decides them all."""
+    wanted = policy_languages(inv.policy)
+    if not wanted:
+        return None
+    other = sorted({lang or "another language" for lang in inv.languages} - set(wanted))
+    if not other:
+        return None
+    return (f"the policy decides {', '.join(wanted)} only, and leaves {', '.join(other)} to "
+            f"clang's own decisions")
 
 
 IR2VEC_FILE = "ir2vec.json"  # = policy.store.IR2VEC_FILE
@@ -333,7 +367,7 @@ def _output_record(path: str) -> dict[str, object]:
 
 def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: float,
          guarded: dict[str, object] | None = None, lto: dict[str, object] | None = None,
-         output: str | None = None) -> None:
+         output: str | None = None, reason: str | None = None) -> None:
     path = inv.env.get(LOG_ENV)
     if not path:
         return
@@ -345,6 +379,8 @@ def _log(inv: Invocation, stats: ServeStats | None, returncode: int, seconds: fl
            "decisions": (stats.decisions if stats else 0) if counted else None,
            "inlined": (stats.inlined if stats else 0) if counted else None,
            "returncode": returncode, "seconds": round(seconds, 4)}
+    if reason is not None:
+        rec["reason"] = reason
     if guarded is not None:
         rec["guard"] = guarded
     if lto is not None:
@@ -374,12 +410,14 @@ def _untrusted_default(inv: Invocation) -> str | None:
 
 
 def _run_unserved(inv: Invocation, command: list[str], env: dict[str, str],
-                  started: float, lto_record: dict[str, object] | None = None) -> int:
-    """Run `command` with no policy: exec'ed (no wrapper left behind), or run and logged."""
+                  started: float, lto_record: dict[str, object] | None = None,
+                  reason: str | None = None) -> int:
+    """Run `command` with no policy: exec'ed (no wrapper left behind), or run and logged
+    (with `reason`, why a compile the policy could have answered was not)."""
     if inv.env.get(LOG_ENV):
         proc = subprocess.run(command, env=env, check=False)
         _log(inv, None, proc.returncode, time.monotonic() - started, lto=lto_record,
-             output=None if lto_record is None else link_output(inv))
+             output=None if lto_record is None else link_output(inv), reason=reason)
         return proc.returncode
     os.execve(command[0], command, env)
 
@@ -409,6 +447,9 @@ def _lto_unserved(inv: Invocation, link: lto.LTOLink) -> tuple[str, bool] | None
                 "-flto=thin to have the link-time inliner served)", True)
     if _untrusted_default(inv) is not None:
         return "the compiler does not send its own decision where the policy reads it", True
+    if policy_languages(inv.policy):
+        return (f"the policy decides {', '.join(policy_languages(inv.policy))} only, and a "
+                f"link's modules do not say their language", True)
     return None
 
 
@@ -494,6 +535,10 @@ def run(inv: Invocation) -> int:
         if link is not None:
             return _run_lto_link(inv, link, driver, env, started)
         return _run_unserved(inv, [*driver, *inv.compiler_args], env, started)
+    left = left_to_clang(inv)
+    if left is not None:
+        # clang's own decisions are plain -Oz's bytes: no channel needed
+        return _run_unserved(inv, reference_command(inv, driver), env, started, reason=left)
     untrusted = _untrusted_default(inv)
     if untrusted is not None:
         # The policy would read a decision this compiler does not send where it says: the

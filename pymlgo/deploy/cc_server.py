@@ -15,8 +15,9 @@ reports the error as before.
 Wire: JSON lines on a Unix stream socket, one connection per compile.
   client -> server  {"flags": true}             (optional: the native launcher asks ...)
   server -> client  {"include_default": bool,   (... whether the policy reads clang's own
-                     "ir2vec_vocab": path|null}  decision, and the IR2Vec vocabulary it
-                                                 carries, before it starts the compiler)
+                     "ir2vec_vocab": path|null,  decision, the IR2Vec vocabulary it carries
+                     "languages": "c++"}         and the languages it decides, "" for all,
+                                                 before it starts the compiler)
   client -> server  {"base": FIFO base, "module": name, "pid": compiler pid, "timeout": s}
   server -> client  {"accepted": true}          (before it touches the FIFOs)
   client -> server  {"exited": true}            (once the compiler has exited)
@@ -275,8 +276,11 @@ def _handle(conn: socket.socket, policy: Any, serve: Callable[..., Any]) -> None
             reads = DEFAULT_FEATURE in getattr(policy, "required_features", ())
             # clang must embed with the policy's own copy (cc.policy_ir2vec_args' file)
             ir2vec = getattr(policy, "ir2vec_vocab", None)
+            # the languages it decides, "c,c++"-style ("": every one): the launcher leaves
+            # the compiles of the others to clang, as `cc.left_to_clang` does
             _send(conn, {"include_default": reads,
-                         "ir2vec_vocab": None if ir2vec is None else str(ir2vec)})
+                         "ir2vec_vocab": None if ir2vec is None else str(ir2vec),
+                         "languages": ",".join(getattr(policy, "languages", ()))})
             req = lines.next(10.0)
         if req is None:
             return

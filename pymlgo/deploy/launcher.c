@@ -123,7 +123,41 @@ struct invocation {
   const char *first_source;
   int sources;
   int codegen;
+  int langs; /* the sources' languages, LANG_* bits */
 };
+
+/* The languages of toolchain/language.py's source_language: by -x, else by suffix. */
+#define LANG_C 1
+#define LANG_CXX 2
+#define LANG_OTHER 4
+static const char *const C_NAMES[] = {"c", "c-header", "cpp-output", NULL};
+static const char *const CXX_NAMES[] = {"c++", "c++-header", "c++-cpp-output", NULL};
+static const char *const C_SUFFIXES[] = {".c", ".i", ".h", NULL};
+static const char *const CXX_SUFFIXES[] = {".cc", ".cp",  ".cpp", ".cxx", ".c++", ".C", ".CPP",
+                                           ".ii", ".hh", ".hpp", ".hxx", ".H",   NULL};
+
+static int source_lang(const char *src, const char *x) {
+  if (x && strcmp(x, "none")) {
+    if (in_list(x, C_NAMES)) return LANG_C;
+    return in_list(x, CXX_NAMES) ? LANG_CXX : LANG_OTHER;
+  }
+  const char *name = strrchr(src, '/');
+  name = name ? name + 1 : src;
+  const char *dot = strrchr(name, '.');
+  if (!dot || dot == name || dot[1] == '\0') return LANG_OTHER;
+  if (in_list(dot, C_SUFFIXES)) return LANG_C;
+  return in_list(dot, CXX_SUFFIXES) ? LANG_CXX : LANG_OTHER;
+}
+
+/* "c,c++" (the server's "languages") -> LANG_* bits; 0 for "": every language. */
+static int lang_mask(const char *list) {
+  int mask = 0;
+  char buf[64];
+  snprintf(buf, sizeof buf, "%s", list);
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+    mask |= !strcmp(t, "c") ? LANG_C : !strcmp(t, "c++") ? LANG_CXX : 0;
+  return mask;
+}
 
 static const char *opt_level(const char *arg) {
   if (strcmp(arg, "-O") == 0) return "-O1";
@@ -142,7 +176,9 @@ static int parse(struct invocation *inv) {
   inv->first_source = NULL;
   inv->sources = 0;
   inv->codegen = 1;
+  inv->langs = 0;
   int language_given = 0;
+  const char *x_lang = NULL; /* the -x in force */
   if (g_argc < 2) return 1; /* usage */
   if (g_argc == 2 && (!strcmp(g_argv[1], "--help") || !strcmp(g_argv[1], "-h")))
     return 1;
@@ -165,11 +201,17 @@ static int parse(struct invocation *inv) {
       if (i + 1 < g_argc) {
         const char *value = g_argv[++i];
         inv->args[inv->nargs++] = (char *)value;
-        if (!strcmp(arg, "-x")) language_given = strcmp(value, "none") != 0;
+        if (!strcmp(arg, "-x")) {
+          language_given = strcmp(value, "none") != 0;
+          x_lang = value;
+        }
       }
       continue;
     }
-    if (!strncmp(arg, "-x", 2) && arg[2]) language_given = strcmp(arg + 2, "none") != 0;
+    if (!strncmp(arg, "-x", 2) && arg[2]) {
+      language_given = strcmp(arg + 2, "none") != 0;
+      x_lang = arg + 2;
+    }
     const char *lvl;
     if (in_list(arg, NO_CODEGEN)) {
       inv->codegen = 0;
@@ -179,6 +221,7 @@ static int parse(struct invocation *inv) {
                                  : (arg[0] != '-' && (has_source_suffix(arg) || language_given))) {
       if (!inv->first_source) inv->first_source = arg;
       inv->sources++;
+      inv->langs |= source_lang(arg, x_lang);
     }
   }
   inv->args[inv->nargs] = NULL;
@@ -635,6 +678,27 @@ static int serve_by_server(const struct invocation *inv) {
   if (!strstr(l.buf, "\"include_default\"") || has_ir2vec < 0) {
     close(sock);
     return -1;
+  }
+  /* A language the policy leaves to clang (cc.left_to_clang): clang's own decisions are
+     plain -Oz's bytes, so the compile needs no channel; the Python path logs it. */
+  char langs[64];
+  int has_langs = strstr(l.buf, "\"languages\"") ? json_path(l.buf, "languages", langs,
+                                                                sizeof langs)
+                                                     : 0; /* none said: every language */
+  if (has_langs < 0) {
+    close(sock);
+    return -1;
+  }
+  int wanted = has_langs ? lang_mask(langs) : 0;
+  if (wanted && (inv->langs & ~wanted)) {
+    close(sock);
+    const char *log = getenv("MLGO_CC_LOG");
+    if (log && *log) return -1;
+    const char *oz[] = {"-Xclang", "-Oz"};
+    compiler_env();
+    execve(MLGO_ZIG, driver_argv(inv, oz, strcmp(inv->level, "-Oz") ? 0 : 2), environ);
+    fprintf(stderr, "mlgo %s: cannot run %s: %s\n", g_tool, MLGO_ZIG, strerror(errno));
+    exit(127);
   }
   drop_line(&l);
 

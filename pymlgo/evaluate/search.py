@@ -85,7 +85,7 @@ from pymlgo.evaluate.trace import (
     trajectory_log_bytes,
 )
 from pymlgo.problems.base import CompileJob, Decide, ModuleResult, Policy, Trajectory
-from pymlgo.problems.inlining.policies import module_seed
+from pymlgo.problems.inlining.policies import for_language, module_seed
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.files import write_atomic
 from pymlgo.toolchain.size import check_metric
@@ -125,6 +125,11 @@ class ReplayPolicy:
     def ir2vec_vocab(self) -> Path | None:
         """The start policy's IR2Vec vocabulary: the replayed compiles must embed as it did."""
         return getattr(self.start, "ir2vec_vocab", None)
+
+    def for_language(self, language: str | None) -> ReplayPolicy:
+        """Replayed over the start policy as it decides this language (clang's decisions
+        where it leaves the language to clang), as the start compile was."""
+        return dataclasses.replace(self, start=for_language(self.start, language))
 
     def for_module(self, module: str) -> Decide:
         real_module, table = self.tables[module]

@@ -221,6 +221,12 @@ def export_policy(
                           f"gives clang's own decision ({DEFAULT_FEATURE}) elsewhere, which "
                           f"only the interactive channel sends: serve it with `mlgo cc "
                           f"--mlgo-policy DIR` instead of compiling it into clang")
+    if mlp.languages:
+        # a model compiled into clang decides every module it compiles, whatever its language
+        raise ExportError(f"this policy decides only {', '.join(mlp.languages)} and leaves "
+                          f"other languages to clang's own decisions, which a model compiled "
+                          f"into clang cannot: serve it with `mlgo cc --mlgo-policy DIR` "
+                          f"instead")
     if DEFAULT_FEATURE in mlp.vocab.features:
         # clang's release mode feeds a compiled-in model its own features only
         raise ExportError(f"this policy reads clang's own decision ({DEFAULT_FEATURE}), which "

@@ -4,7 +4,9 @@ A policy directory holds:
 - `policy.json`: format version, problem, network shape, the feature tensors it expects
   (TensorSpec JSON, matched by name against what the compiler sends), the advice it gives,
   hyperparameters, the sha256 of the other two files, and (version 1.1, only when it has
-  one) the `window`: the shift rule outside which clang's own decision stands;
+  one) the `window`: the shift rule outside which clang's own decision stands, and
+  (version 1.2, only when it has them) the `languages` the network decides for: modules
+  of other languages get clang's own decisions;
 - `weights.npz`: `w0, b0, w1, b1, ...` (a zip of .npy files, readable with `np.load`);
 - `vocab.json`: the quantile vocabulary (`pymlgo.policy.vocab`), and the fixed z-score
   normalization of the IR2Vec embeddings when the policy reads them;
@@ -30,10 +32,12 @@ import numpy as np
 
 from pymlgo.policy.inlining import (
     CURRENT_VERSION,
+    LANGUAGES_MINOR,
     PROBLEM,
     VERSION_MAJOR,
     WINDOW_MINOR,
     InliningPolicy,
+    check_languages,
     parse_version,
 )
 from pymlgo.policy.mlp import MLPParams
@@ -131,6 +135,7 @@ def policy_document(policy: InliningPolicy, weights_sha: str, vocab_sha: str,
         "files": files,
         # only when set: a policy without one keeps the bytes it always had
         **({"window": policy.window} if policy.window else {}),
+        **({"languages": list(policy.languages)} if policy.languages else {}),
     }
 
 
@@ -259,6 +264,7 @@ def load_policy_dir(directory: Path) -> InliningPolicy:
             name=str(doc.get("name", "mlp")),
             ir2vec_vocab=(directory / IR2VEC_FILE).absolute() if has_ir2vec else None,
             window=_window(doc, version),
+            languages=_languages(doc, version),
         )
     except (ValueError, TypeError) as exc:
         raise PolicyLoadError(f"{directory}: {exc}") from exc
@@ -273,6 +279,15 @@ def _window(doc: dict[str, Any], version: object) -> str:
         raise ValueError(f"policy.json has a window but version {version} (a window needs "
                          f"{PROBLEM}-{VERSION_MAJOR}.{WINDOW_MINOR} or later)")
     return window
+
+
+def _languages(doc: dict[str, Any], version: object) -> tuple[str, ...]:
+    languages = doc.get("languages", [])
+    if languages and parse_version(str(version))[2] < LANGUAGES_MINOR:
+        # a reader of 1.0 or 1.1 would ignore the key and decide every language itself
+        raise ValueError(f"policy.json has languages but version {version} (they need "
+                         f"{PROBLEM}-{VERSION_MAJOR}.{LANGUAGES_MINOR} or later)")
+    return check_languages(languages)
 
 
 def _check_ir2vec_dim(directory: Path, vocab: Vocab, has_ir2vec: bool) -> None:

@@ -113,10 +113,16 @@ class PolicyConfig:
     # network decides only the call sites that rule may flip, clang's own decision the rest.
     # Checked and applied by the inlining problem; "": the network decides every call site.
     window: str = ""
+    # The source languages the network decides for, e.g. ["c++"]
+    # (pymlgo.policy.inlining.InliningPolicy.languages): modules of the others get clang's
+    # own decisions, in training, validation and every use of the saved policy.
+    # []: every language.
+    languages: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         from pymlgo.ir2vec.vocab_file import EMBEDDING_FEATURES
         from pymlgo.policy.vocab import difference_operands
+        from pymlgo.toolchain.language import LANGUAGES
 
         if self.reads_default and self.features is not None:
             raise ConfigError("policy.reads_default applies to the default feature list; with "
@@ -145,6 +151,10 @@ class PolicyConfig:
             raise ConfigError("policy.differences lists a difference twice")
         if self.quantiles is not None and self.quantiles < 1:
             raise ConfigError("policy.quantiles must be >= 1")
+        bad = [x for x in self.languages if x not in LANGUAGES]
+        if bad or len(set(self.languages)) != len(self.languages):
+            raise ConfigError(f"policy.languages must list distinct languages of "
+                              f"{', '.join(LANGUAGES)}, not {list(self.languages)}")
 
 
 @dataclass(frozen=True)
@@ -507,7 +517,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 _TABLE_KEYS_OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     SplitConfig: {"heldout_packages": None, "validation_by": "module"},
     PolicyConfig: {"reads_default": False, "ir2vec_vocab": None, "differences": None,
-                   "window": ""},
+                   "window": "", "languages": []},
     ILConfig: {"moves": "single"},
     BCConfig: {"teacher": "default", "lr_anneal_epochs": 0}}
 

@@ -103,6 +103,21 @@ def check_window(config: TrainConfig) -> None:
                           "brings its own window, if any); leave it out")
 
 
+def check_languages(config: TrainConfig) -> None:
+    """ConfigError unless `policy.languages` is empty, or an algorithm of `WINDOW_ALGOS`
+    trains a new policy with it (as a window: clang decides the other languages)."""
+    languages = config.policy.languages
+    if not languages:
+        return
+    if config.algo not in WINDOW_ALGOS:
+        raise ConfigError(f"policy.languages: algo {config.algo!r} learns from the "
+                          f"probability of each decision, and clang's decide the modules of "
+                          f"other languages; use one of {', '.join(WINDOW_ALGOS)}")
+    if config.policy_warmstart is not None:
+        raise ConfigError("policy.languages does not apply with a saved-policy warm start "
+                          "(it brings its own, if any); leave it out")
+
+
 def best_rules(runs: list[Episode], rules: tuple[str, ...]) -> dict[str, str]:
     """Per module, the rule whose compile was smallest: `runs` are the compiles of rules[1:]
     (member k is rules[k + 1]); rules[0], clang's own, is the module's baseline, and wins
@@ -219,6 +234,7 @@ class InliningTraining:
                               "stock cost; inlining weighs by -Oz bytes: 'bytes'")
         check_teacher(config.bc.teacher)
         check_window(config)
+        check_languages(config)
 
     def load_sources(self, config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
         return load_sources(config, corpus, compiler.version)
@@ -259,6 +275,11 @@ class InliningTraining:
                 raise ConfigError(f"the warm start {config.warmstart} decides within the "
                                   f"window {sources.warm.window}; algo {config.algo!r} cannot "
                                   f"train such a policy (use one of {', '.join(WINDOW_ALGOS)})")
+            if sources.warm.languages and config.algo not in WINDOW_ALGOS:
+                raise ConfigError(f"the warm start {config.warmstart} decides only "
+                                  f"{', '.join(sources.warm.languages)}; algo "
+                                  f"{config.algo!r} cannot train such a policy (use one of "
+                                  f"{', '.join(WINDOW_ALGOS)})")
             check_features(sources, config, compiler_features, None)
             initial = _carrying(sources.warm, ir2vec)
         else:
@@ -286,7 +307,8 @@ class InliningTraining:
             params = init_mlp(vocab.input_dim, config.hidden, rng)
             initial = InliningPolicy(vocab=vocab, params=params, hidden=config.hidden,
                                      name=f"mlgo-{config.algo}", ir2vec_vocab=ir2vec,
-                                     window=config.policy.window)
+                                     window=config.policy.window,
+                                     languages=config.policy.languages)
         teacher: str | dict[str, str] = config.bc.teacher
         rules = teacher_rules(config.bc.teacher)
         if len(rules) > 1:

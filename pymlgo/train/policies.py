@@ -16,7 +16,7 @@ import numpy as np
 
 from pymlgo.policy.inlining import InliningPolicy
 from pymlgo.problems.base import CompileJob, Decide, Policy
-from pymlgo.problems.inlining.policies import module_seed
+from pymlgo.problems.inlining.policies import for_language, module_seed
 
 TAG = "#"
 
@@ -51,6 +51,10 @@ class PolicyBatch:
     def ir2vec_vocab(self) -> Path | None:
         """The members' IR2Vec vocabulary (one batch compiles with one)."""
         return getattr(self.members[0], "ir2vec_vocab", None)
+
+    def for_language(self, language: str | None) -> PolicyBatch:
+        """Every member as it decides this language (`policies.for_language`)."""
+        return PolicyBatch(tuple(for_language(m, language) for m in self.members), self.name)
 
     def for_module(self, module: str) -> Decide:
         base, k = untag(module)

@@ -129,6 +129,9 @@ class RegallocTraining:
         if config.policy.differences is not None:
             raise ConfigError(f"policy.differences (derived quantile inputs) applies to "
                               f"problem 'inlining' only, not {name!r}")
+        if config.policy.languages:
+            raise ConfigError(f"policy.languages (clang decides the inlining of other "
+                              f"languages) applies to problem 'inlining' only, not {name!r}")
         if config.traces and config.algo != "bc":
             raise ConfigError(f"traces are only used by behaviour cloning (algo = 'bc') for "
                               f"{name!r}: its setup records no decisions otherwise")

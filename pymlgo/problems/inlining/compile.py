@@ -11,10 +11,11 @@ import numpy as np
 
 from pymlgo.problems.base import CompileJob, CompileSettings, ModuleResult, Policy
 from pymlgo.problems.compile import Compiled, compile_module, trajectory
-from pymlgo.problems.inlining.policies import DEFAULT_FEATURE
+from pymlgo.problems.inlining.policies import DEFAULT_FEATURE, for_language
 from pymlgo.protocol.features import select_features
 from pymlgo.protocol.log import Header, Observation
 from pymlgo.toolchain.compiler import Compiler
+from pymlgo.toolchain.language import cc1_language
 
 if TYPE_CHECKING:  # numpy only, but most compiles never need it
     from pymlgo.ir2native.model import IR2NativeModel
@@ -149,6 +150,7 @@ def compile_with_policy(compiler: Compiler, job: CompileJob, policy: Policy,
     Never raises for a bad module: compiler failure, timeout or a channel error becomes
     `ModuleResult.error`, so a corpus run goes on.
     """
+    policy = for_language(policy, cc1_language(job.cmd))
     ir2vec_vocab = getattr(policy, "ir2vec_vocab", None) or ir2vec_vocab
     record = settings.record
     decide = policy.for_module(job.module)

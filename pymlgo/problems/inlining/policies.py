@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymlgo.problems.base import Decide
+from pymlgo.problems.base import Decide, Policy
 from pymlgo.problems.inlining.builtin_specs import (
     DEFAULT_FEATURE,
     RANDOM_PREFIX,
@@ -38,6 +38,14 @@ class HeuristicPolicy:
             return int(features[DEFAULT_FEATURE].reshape(-1)[0] != 0)
 
         return decide
+
+
+def for_language(policy: Policy, language: str | None) -> Policy:
+    """`policy` as it decides a module in `language` ("c", "c++"; None: another): a policy
+    that answers only some languages (`for_language`, e.g. a learned one with `languages`)
+    gives clang's own decisions for the others; every other policy is itself."""
+    narrow = getattr(policy, "for_language", None)
+    return policy if narrow is None else narrow(language)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
