@@ -84,38 +84,29 @@ def check_teacher(teacher: str) -> None:
 WINDOW_ALGOS = ("bc", "il", "es")
 
 
-def check_window(config: TrainConfig) -> None:
-    """ConfigError unless `policy.window` is empty or a shift rule an algorithm of
-    `WINDOW_ALGOS` trains within."""
-    window = config.policy.window
-    if not window:
-        return
-    try:
-        shift_policy(window)
-    except ValueError as exc:
-        raise ConfigError(f"policy.window: {exc}") from None
-    if config.algo not in WINDOW_ALGOS:
-        raise ConfigError(f"policy.window: algo {config.algo!r} learns from the probability "
-                          f"of each decision, and a window forces clang's outside it; use "
-                          f"one of {', '.join(WINDOW_ALGOS)}")
-    if config.policy_warmstart is not None:
-        raise ConfigError("policy.window does not apply with a saved-policy warm start (it "
-                          "brings its own window, if any); leave it out")
+# [policy] keys under which clang's own decision stands at some call sites, and where
+_FORCING = {"window": "a window forces clang's decision outside it",
+            "languages": "clang's decisions stand for the modules of other languages"}
 
 
-def check_languages(config: TrainConfig) -> None:
-    """ConfigError unless `policy.languages` is empty, or an algorithm of `WINDOW_ALGOS`
-    trains a new policy with it (as a window: clang decides the other languages)."""
-    languages = config.policy.languages
-    if not languages:
-        return
-    if config.algo not in WINDOW_ALGOS:
-        raise ConfigError(f"policy.languages: algo {config.algo!r} learns from the "
-                          f"probability of each decision, and clang's decide the modules of "
-                          f"other languages; use one of {', '.join(WINDOW_ALGOS)}")
-    if config.policy_warmstart is not None:
-        raise ConfigError("policy.languages does not apply with a saved-policy warm start "
-                          "(it brings its own, if any); leave it out")
+def check_forced_decisions(config: TrainConfig) -> None:
+    """ConfigError unless `policy.window` is empty or a shift rule, and each key of
+    `_FORCING` that is set goes with an algorithm of `WINDOW_ALGOS` training a new policy."""
+    if config.policy.window:
+        try:
+            shift_policy(config.policy.window)
+        except ValueError as exc:
+            raise ConfigError(f"policy.window: {exc}") from None
+    for key, where in _FORCING.items():
+        if not getattr(config.policy, key):
+            continue
+        if config.algo not in WINDOW_ALGOS:
+            raise ConfigError(f"policy.{key}: algo {config.algo!r} learns from the "
+                              f"probability of each decision, and {where}; use one of "
+                              f"{', '.join(WINDOW_ALGOS)}")
+        if config.policy_warmstart is not None:
+            raise ConfigError(f"policy.{key} does not apply with a saved-policy warm start "
+                              f"(it brings its own, if any); leave it out")
 
 
 def best_rules(runs: list[Episode], rules: tuple[str, ...]) -> dict[str, str]:
@@ -233,8 +224,7 @@ class InliningTraining:
             raise ConfigError("reward_weighting = 'cost' weighs by the register allocator's "
                               "stock cost; inlining weighs by -Oz bytes: 'bytes'")
         check_teacher(config.bc.teacher)
-        check_window(config)
-        check_languages(config)
+        check_forced_decisions(config)
 
     def load_sources(self, config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
         return load_sources(config, corpus, compiler.version)
