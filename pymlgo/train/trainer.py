@@ -614,7 +614,9 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                         scalars[f"{change}/train"] = size_change(eps)
                         scalars["reward/train"] = float(np.mean([e.reward for e in eps
                                                                  if e.ok] or [0.0]))
-                    if last_change < best_change:
+                    # a tie goes to the later, longer-trained policy: equal validation
+                    # bytes say nothing (e.g. validation modules a policy leaves to clang)
+                    if last_change <= best_change:
                         best_it, best_change, best_policy = iteration, last_change, policy
                         _save_policy(best_policy, out / BEST_DIR, problem)
                 # every compile of the iteration: training, validation, bc's size check
@@ -634,7 +636,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
             if last_eval != iteration:  # stopped by the budget between validations
                 policy = _stamp(algo.policy(), config, iteration)
                 last_change, last_eval = val_env.evaluate(policy, val_names), iteration
-                if last_change < best_change:
+                if last_change <= best_change:  # a tie: the later policy, as above
                     best_it, best_change, best_policy = iteration, last_change, policy
                     _save_policy(best_policy, out / BEST_DIR, problem)
                 save_checkpoint()
