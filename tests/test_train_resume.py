@@ -70,7 +70,8 @@ def test_a_run_leaves_checkpoint_best_final_scalars_and_tensorboard(trained, pro
     # the warm start's scalars, where there is one
     assert ("bc/accuracy_train" in rows[0]) == has_bc_warmstart(problem)
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
-    best_row = min(rows, key=lambda r: (r[f"{change}/validation"], r["iteration"]))
+    # the smallest validation change; of equal ones the later, longer-trained policy
+    best_row = min(rows, key=lambda r: (r[f"{change}/validation"], -r["iteration"]))
     best = saved_policy(problem, out / "best")
     assert best.hyperparameters["iteration"] == best_row["iteration"]
     final = saved_policy(problem, out / "final")
