@@ -447,9 +447,10 @@ def _lto_unserved(inv: Invocation, link: lto.LTOLink) -> tuple[str, bool] | None
                 "-flto=thin to have the link-time inliner served)", True)
     if _untrusted_default(inv) is not None:
         return "the compiler does not send its own decision where the policy reads it", True
-    if policy_languages(inv.policy):
-        return (f"the policy decides {', '.join(policy_languages(inv.policy))} only, and a "
-                f"link's modules do not say their language", True)
+    languages = policy_languages(inv.policy)
+    if languages:
+        return (f"the policy decides {', '.join(languages)} only, and a link's modules do "
+                f"not say their language", True)
     return None
 
 
