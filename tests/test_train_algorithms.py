@@ -259,3 +259,44 @@ def test_a_best_of_teacher_keeps_clang_on_ties_and_failures():
         check_teacher("best:default")
     with pytest.raises(ConfigError, match="built-in policy"):
         check_teacher("best:shift:2,bogus")
+
+
+def test_bc_without_a_warm_start_never_offers_its_random_start_as_best(
+        demo_corpus_dir, tmp_path):
+    # bc cloning `always` learns to inline every call site, which grows code; with this
+    # seed the random network it starts from validates at -Oz's size, smaller than anything
+    # it learns. best/ must still be a trained network (a k-fold fold shipped bc's untrained
+    # start at stop 40), and with no iteration to run the start is the only policy: best/.
+    import json
+
+    from pymlgo.cli.main import main
+    from tests.train_runs import MODULES
+
+    corpus = copy_demo_subset(demo_corpus_dir, tmp_path / "corpus", MODULES)
+    config = tmp_path / "c.toml"
+    config.write_text('algo = "bc"\nseed = 7\nwarmstart = ""\niterations = 2\n'
+                      'eval_every = 1\n[split]\nvalidation = 0.25\nheldout = 0.0\n'
+                      '[policy]\nhidden = [8]\n[bc]\nbatch_size = 32\n'
+                      'epochs_per_iteration = 20\nteacher = "always"\n')
+
+    def run(out: Path, *extra: str) -> list[dict]:
+        assert main(["train", "--corpus", str(corpus), "--config", str(config), "--output_dir",
+                     str(out), "--workers", "2", *extra]) == 0
+        return [json.loads(x) for x in (out / "scalars.jsonl").read_text().splitlines()]
+
+    def best_iteration(out: Path) -> int:
+        return json.loads((out / "best" / "policy.json").read_text())[
+            "hyperparameters"]["iteration"]
+
+    rows = run(tmp_path / "run")
+    change = {r["iteration"]: r["size_change/validation"] for r in rows}
+    assert change[0] < min(change[1], change[2])  # the start validates best
+    assert "size_change/validation_best" not in rows[0]
+    picked = best_iteration(tmp_path / "run")
+    assert picked == min((1, 2), key=lambda it: (change[it], -it))
+    assert rows[-1]["size_change/validation_best"] == change[picked]
+
+    run(tmp_path / "none", "--iterations", "0")
+    assert best_iteration(tmp_path / "none") == 0
+    assert ((tmp_path / "none" / "best" / "weights.npz").read_bytes()
+            == (tmp_path / "none" / "final" / "weights.npz").read_bytes())

@@ -74,6 +74,9 @@ class PolicySetup:
     demos_validation: Demonstrations | None
     initial: Policy
     warmstart_scalars: Mapping[str, float]
+    # a network drawn at random (no warm start, no saved policy, no built-in rule): its
+    # validation says nothing learned, so the trainer never offers it as best/
+    initial_is_random: bool = False
 
 
 class PPOHead(Protocol):

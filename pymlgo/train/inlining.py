@@ -323,7 +323,10 @@ class InliningTraining:
             warm_scalars = bc.fit(config.bc.warmstart_epochs)
             initial = bc.policy()
         decisions = {e.module: e.decisions for e in episodes if e.ok}
-        return PolicySetup(decisions, demos_train, demos_val, initial, warm_scalars)
+        random_start = sources.warm is None and not (config.warmstart == "bc"
+                                                     and config.algo != "bc")
+        return PolicySetup(decisions, demos_train, demos_val, initial, warm_scalars,
+                           initial_is_random=random_start)
 
     def ppo_head(self) -> PPOHead:
         from pymlgo.train.heads import InliningHead

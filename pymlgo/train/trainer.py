@@ -8,7 +8,9 @@ Output directory layout:
   the initial (warm-start) policy, so a resumed run never recompiles them;
 - `checkpoint.pkl` — after every iteration (atomic): iteration count, algorithm state
   (parameters, optimizer, RNG states), best-so-far, elapsed time;
-- `best/` — the policy with the lowest validation size so far; `final/` — the last one
+- `best/` — the policy with the lowest validation size so far (of equal ones the later;
+  a start drawn at random, bc's without a warm start, is no candidate unless no iteration
+  runs, and `best/` appears at the first validation after it); `final/` — the last one
   (both loadable with `mlgo eval --policy DIR`);
 - `scalars.jsonl` — one JSON object per iteration; TensorBoard event files (`tensorboard/`)
   with the same tags as well when tensorboard is installed. Every iteration logs
@@ -17,8 +19,9 @@ Output directory layout:
   both only on iterations that validate, see `eval_every`, and the training figure over a
   seeded sample of at most TRAIN_CHECK_MODULES training modules: all of a broad corpus's
   would take longer than the iteration),
-  `size_change/validation_best`, `compiles`, `failures` and `decisions_per_second` (over
-  every compile of the iteration: training and validation), `time/iteration_seconds`,
+  `size_change/validation_best` (from the first candidate on), `compiles`, `failures`
+  and `decisions_per_second` (over every compile of the iteration: training and
+  validation), `time/iteration_seconds`,
   and the algorithm's own (`bc/...`, `ppo/...`, `es/...`, `dqn/...`); iteration 0 holds
   the starting policy's validation size and the bc warm start's scalars;
 - `ir2native-model.json` — with `partial_rewards = "ir2native"` and no model given: the
@@ -37,6 +40,7 @@ import contextlib
 import errno
 import importlib
 import json
+import math
 import os
 import pickle
 import shutil
@@ -122,6 +126,7 @@ class Setup:
     identity: Mapping[str, Any]  # TrainConfig.setup_identity() it was made for
     # the baseline compiles' results, for problems that train on more than the measure
     baseline_results: Mapping[str, ModuleResult] | None = None
+    initial_is_random: bool = False  # PolicySetup's; older setup.pkl files lack it
 
 
 @dataclass(frozen=True)
@@ -316,7 +321,7 @@ def prepare(
         raise TrainError(str(exc)) from exc
     return Setup(split, baselines, made.decisions, made.demos_train, made.demos_validation,
                  made.initial, made.warmstart_scalars, config.setup_identity(),
-                 results if training.keep_baseline_results else None)
+                 results if training.keep_baseline_results else None, made.initial_is_random)
 
 
 def _load_sources(config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
@@ -557,23 +562,30 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
             algo.load_state_dict(checkpoint["algo"])
             iteration, elapsed = checkpoint["iteration"], checkpoint["elapsed"]
             best_it, best_change, best_policy = checkpoint["best"]
-            best_policy = training.rebind(best_policy, spec.options)
-            # provenance as this run's: a budget raised on resume must not leave the old
-            # one in best/ (an uninterrupted run with this budget would not have it)
-            best_policy = _stamp(best_policy, config, best_it)
+            if best_policy is not None:
+                best_policy = training.rebind(best_policy, spec.options)
+                # provenance as this run's: a budget raised on resume must not leave the
+                # old one in best/ (an uninterrupted run with this budget would not have it)
+                best_policy = _stamp(best_policy, config, best_it)
             last_change, last_eval = checkpoint["last_validation"]
             resumed_from: int | None = iteration
             say(f"resuming {out} at iteration {iteration + 1}")
         else:
             iteration, elapsed, resumed_from = 0, 0.0, None
-            best_it, best_policy = 0, _stamp(algo.policy(), config, 0)
-            best_change = last_change = val_env.evaluate(best_policy, val_names)
-            last_eval = 0
+            start = _stamp(algo.policy(), config, 0)
+            last_change, last_eval = val_env.evaluate(start, val_names), 0
+            best_it, best_change, best_policy = 0, last_change, start
+            if setup.initial_is_random:
+                # validated and logged, but no candidate: that a random network measures
+                # well says nothing learned (a stop-40 k-fold fold shipped bc's untrained
+                # start, which validated 0.2 points better than its trained network)
+                best_change, best_policy = math.inf, None
         log = ScalarLog(out, iteration, options.tensorboard)
         say(log.note)
         if checkpoint is None:
-            log.write(0, {f"{change}/validation": best_change, **setup.warmstart_scalars})
-        _save_policy(best_policy, out / BEST_DIR, problem)
+            log.write(0, {f"{change}/validation": last_change, **setup.warmstart_scalars})
+        if best_policy is not None:
+            _save_policy(best_policy, out / BEST_DIR, problem)
 
         def save_checkpoint() -> None:
             state = {"format": CHECKPOINT_FORMAT, "config": config.identity(),
@@ -621,7 +633,8 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                         _save_policy(best_policy, out / BEST_DIR, problem)
                 # every compile of the iteration: training, validation, bc's size check
                 scalars |= (env.stats + val_env.stats).as_scalars()
-                scalars[f"{change}/validation_best"] = best_change
+                if best_policy is not None:
+                    scalars[f"{change}/validation_best"] = best_change
                 scalars["time/iteration_seconds"] = time.monotonic() - t0
                 log.write(iteration, scalars)
                 save_checkpoint()
@@ -632,13 +645,21 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                     # then, not +0.00% in between
                     last_train = scalars.get(f"{change}/train", last_train)
                     bar.set_postfix(train="-" if last_train is None else f"{last_train:+.2%}",
-                                    val=f"{last_change:+.2%}", best=f"{best_change:+.2%}")
+                                    val=f"{last_change:+.2%}",
+                                    best="-" if best_policy is None else f"{best_change:+.2%}")
             if last_eval != iteration:  # stopped by the budget between validations
                 policy = _stamp(algo.policy(), config, iteration)
                 last_change, last_eval = val_env.evaluate(policy, val_names), iteration
                 if last_change <= best_change:  # a tie: the later policy, as above
                     best_it, best_change, best_policy = iteration, last_change, policy
                     _save_policy(best_policy, out / BEST_DIR, problem)
+                save_checkpoint()
+            if best_policy is None:
+                # no iteration ran (iterations = 0, or a budget spent on the setup): the
+                # random start is the only policy there is
+                best_it, best_change = iteration, last_change
+                best_policy = _stamp(algo.policy(), config, iteration)
+                _save_policy(best_policy, out / BEST_DIR, problem)
                 save_checkpoint()
         finally:
             if bar is not None:
