@@ -81,3 +81,13 @@ def test_mlgo_corpus_snapshot_freezes_the_sources(sources, tmp_path, capsys):
     assert corpus_main(["snapshot", "--output_dir", str(tmp_path / "t"),
                         str(tmp_path / "nothing")]) == 1
     assert "no source corpus could be loaded" in capsys.readouterr().err
+
+
+def test_the_demo_source_is_the_demo_corpus_recorded_at_the_snapshots_level(
+        demo_corpus_dir, demo_o2_corpus_dir, tmp_path):
+    from pymlgo.corpus.front_end_level import recorded_level
+
+    for level, expected in (("-Oz", demo_corpus_dir), ("-O2", demo_o2_corpus_dir)):
+        snap = snapshot_corpora(["demo"], tmp_path / level, level=level)
+        assert {recorded_level(m.cmd) for m in snap.corpus.modules} == {level}
+        assert sorted(snap.corpus.names) == sorted(load_corpus(expected).names)

@@ -151,6 +151,21 @@ def test_each_shipped_policy_has_its_pinned_config():
     assert evict.split.heldout_packages == inlining.split.heldout_packages
 
 
+def test_each_shipped_policy_trains_on_the_same_packages_recorded_at_its_problems_level():
+    def packages(name: str) -> dict[str, str]:
+        specs = pretrained.read_corpus_list(pretrained.repo_corpus_list(name))
+        return dict(s.rpartition("=")[::2] for s in specs)
+
+    inlining, evict = packages("inlining-oz"), packages("regalloc-evict")
+    assert inlining.keys() == evict.keys() and "" in inlining  # `demo`, at each one's level
+    assert pretrained.problem_level(pretrained.repo_config("inlining-oz")) == "-Oz"
+    assert pretrained.problem_level(pretrained.repo_config("regalloc-evict")) == "-O2"
+    for pkg, where in evict.items():
+        if pkg:  # the -O2 build of each package, never the -Oz one
+            assert where.endswith(f"/corpora/debian-O2/{pkg}"), where
+            assert inlining[pkg].endswith(f"/corpora/debian/{pkg}")
+
+
 def test_installing_never_leaves_a_half_written_policy(tmp_path):
     dest = tmp_path / "dest"
     (tmp_path / "incomplete").mkdir()

@@ -148,6 +148,9 @@ def _add_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="[PREFIX=]DIR or demo")
     p.add_argument("--output_dir", required=True, metavar="D", help="the snapshot to write")
+    p.add_argument("--opt-level", default="-Oz", metavar="LEVEL", type=_opt_level,
+                   help="the level a `demo` source is recorded at: z for inlining (the "
+                   "default), 2 for register allocation")
     p.set_defaults(func=run_snapshot)
 
 
@@ -406,7 +409,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
 
         out = Path(args.output_dir)
         existed = (out / "corpus_description.json").is_file()
-        snap = snapshot_corpora(args.sources, out,
+        snap = snapshot_corpora(args.sources, out, level=args.opt_level,
                                 allow_flags=os.environ.get(ALLOW_FLAGS_ENV, "").split())
         for spec, why in snap.skipped.items():
             print(f"mlgo corpus snapshot: left out {spec}: {why}", file=sys.stderr)

@@ -7,12 +7,13 @@ and live in different places (the demo corpus in the cache, Debian packages else
 into ROOT and writes one `corpus_description.json`, so the result is an ordinary corpus
 that LLVM's mlgo-utils and every `mlgo` command read.
 
-A source is `[PREFIX=]DIR` or `demo`. Module names are kept, so a module's package is still
-the first component of its name; `PREFIX=DIR` puts DIR's modules under `PREFIX/` (one
-Debian package's sub-corpus as `PKG=.../debian/PKG`). A name given twice is an error, not a
-silent overwrite. A source that does not load is left out and reported, so one broken or
-half-built package does not take the others down. Corpora with a global command override or
-ThinLTO are refused: their modules cannot be merged with others as they are.
+A source is `[PREFIX=]DIR` or `demo` (the demo corpus recorded at the snapshot's `level`:
+-Oz for inlining, -O2 for register allocation). Module names are kept, so a module's package
+is still the first component of its name; `PREFIX=DIR` puts DIR's modules under `PREFIX/`
+(one Debian package's sub-corpus as `PKG=.../debian/PKG`). A name given twice is an error,
+not a silent overwrite. A source that does not load is left out and reported, so one broken
+or half-built package does not take the others down. Corpora with a global command override
+or ThinLTO are refused: their modules cannot be merged with others as they are.
 
 The snapshot is written to a temporary directory and renamed into place; an existing
 snapshot at ROOT is loaded as it is (a rerun keeps the data its first run froze), and
@@ -42,11 +43,11 @@ class Snapshot:
     skipped: dict[str, str]  # source -> why it was left out
 
 
-def _load_source(path: str, allow_flags: Sequence[str]) -> Corpus:
+def _load_source(path: str, allow_flags: Sequence[str], level: str) -> Corpus:
     if path == DEMO and not Path(path).exists():
         from pymlgo.corpus.demo import ensure_demo_corpus
 
-        return load_corpus(ensure_demo_corpus(), allow_flags=allow_flags)
+        return load_corpus(ensure_demo_corpus(level=level), allow_flags=allow_flags)
     return load_corpus(path, allow_flags=allow_flags)
 
 
@@ -58,9 +59,10 @@ def _link_or_copy(src: Path, dest: Path) -> None:
 
 
 def snapshot_corpora(sources: Sequence[str], root: str | os.PathLike[str], *,
-                     allow_flags: Sequence[str] = ()) -> Snapshot:
+                     allow_flags: Sequence[str] = (), level: str = "-Oz") -> Snapshot:
     """One corpus at `root` holding every module of `sources` (see the module docstring).
-    `allow_flags`: cc1 flags beyond the corpus allowlist the caller has checked."""
+    `allow_flags`: cc1 flags beyond the corpus allowlist the caller has checked; `level`:
+    the -O level a `demo` source is recorded at."""
     root = Path(root)
     if (root / "corpus_description.json").is_file():
         info = json.loads((root / SNAPSHOT_FILE).read_text()) if (
@@ -79,7 +81,7 @@ def snapshot_corpora(sources: Sequence[str], root: str | os.PathLike[str], *,
         for spec in sources:
             prefix, _, path = spec.rpartition("=")
             try:
-                corpus = _load_source(path, allow_flags)
+                corpus = _load_source(path, allow_flags, level)
             except CorpusError as exc:
                 skipped[spec] = str(exc)[:300]
                 continue

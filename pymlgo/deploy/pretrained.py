@@ -4,8 +4,9 @@
     python -m pymlgo.deploy.pretrained [--name NAME] --output_dir out/pretrained-NAME \
         [--traces T]
 
-snapshots the corpora of `configs/pretrained-inlining-oz.corpus` (the demo corpus and the
-Debian packages it names; both policies train on it) into OUT/corpus, runs `mlgo train
+snapshots the corpora of `configs/pretrained-NAME.corpus` (the demo corpus and the Debian
+packages it names, recorded at the problem's level: -Oz for inlining, -O2 for register
+allocation; the same packages and held-out split for every policy) into OUT/corpus, runs `mlgo train
 --config configs/pretrained-NAME.toml --corpus OUT/corpus --output_dir OUT/train`, then copies
 the saved policy of `OUT/train/best` into `pymlgo/policy/pretrained/NAME/`, then an
 evaluation of that policy on the training, validation and held-out modules of the same split
@@ -35,7 +36,7 @@ from pymlgo.policy.store import (
 )
 
 NAME = "inlining-oz"
-CORPUS_LIST_NAME = "configs/pretrained-inlining-oz.corpus"  # the one broad corpus of both
+CORPUS_LIST_NAME = "configs/pretrained-NAME.corpus"  # per policy: its problem's -O level
 # the files a saved policy may have: an inlining policy all three, a regalloc one policy.json
 POLICY_FILES = (POLICY_FILE, WEIGHTS_FILE, VOCAB_FILE)
 NUMBERS_FILE = "numbers.json"
@@ -53,9 +54,17 @@ def repo_config(name: str = NAME) -> Path:
     return Path(__file__).resolve().parents[2] / "configs" / f"pretrained-{name}.toml"
 
 
-def repo_corpus_list() -> Path:
+def repo_corpus_list(name: str = NAME) -> Path:
     """The shipped policy's corpus list in a source checkout."""
-    return Path(__file__).resolve().parents[2] / CORPUS_LIST_NAME
+    return repo_config(name).with_suffix(".corpus")
+
+
+def problem_level(config: Path) -> str:
+    """The -O level the config's problem compiles at (a `demo` source is recorded at it)."""
+    from pymlgo.problems import registry
+    from pymlgo.train import config as cfg
+
+    return registry.problem(cfg.load_config(config).problem).opt_level
 
 
 def install_policy(source: Path, dest: Path) -> None:
@@ -81,13 +90,14 @@ def install_policy(source: Path, dest: Path) -> None:
         raise
 
 
-def training_corpus(sources: Sequence[str], output_dir: Path) -> str:
-    """The one corpus to train on: the source itself, or a snapshot of several."""
+def training_corpus(sources: Sequence[str], output_dir: Path, level: str = "-Oz") -> str:
+    """The one corpus to train on: the source itself, or a snapshot of several (`demo`
+    recorded at `level`)."""
     if len(sources) == 1:
         return sources[0]
     from pymlgo.corpus.snapshot import snapshot_corpora
 
-    snap = snapshot_corpora(sources, output_dir / "corpus")
+    snap = snapshot_corpora(sources, output_dir / "corpus", level=level)
     for spec, why in snap.skipped.items():
         print(f"pretrained: left out {spec}: {why[:200]}", file=sys.stderr)
     return str(output_dir / "corpus")
@@ -139,7 +149,7 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
     from pymlgo.workers import WorkSpec, make_executor
 
     config = cfg.load_config(config_path)
-    corpus = common.resolve_corpus(corpus_spec)
+    corpus = common.resolve_corpus(corpus_spec, level=problem_level(config_path))
     split = make_split(config, corpus)
     compiler = find_compiler(None)
     policy = load_policy(str(policy_dir), problem=config.problem)
@@ -219,14 +229,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     specs = list(args.corpus or [])
     if args.corpus_list is None and not specs:
-        args.corpus_list = repo_corpus_list()
+        args.corpus_list = repo_corpus_list(args.name)
     if args.corpus_list is not None:
         try:
             specs += read_corpus_list(args.corpus_list)
         except (OSError, ValueError) as exc:
             print(f"pretrained: --corpus-list: {exc}", file=sys.stderr)
             return 2
-    corpus = training_corpus(specs, args.output_dir)
+    try:
+        level = problem_level(config)
+    except (OSError, ValueError) as exc:  # a config that does not load or names no problem
+        print(f"pretrained: {config}: {exc}", file=sys.stderr)
+        return 2
+    corpus = training_corpus(specs, args.output_dir, level)
     train_dir = args.output_dir / "train"
     rc = mlgo(train_command(config, corpus, train_dir, args.workers, args.traces))
     if rc != 0:
