@@ -217,3 +217,43 @@ def test_close_stops_every_worker_process(scratch_tmp):
     assert not any(map(is_running, pids))
     with pytest.raises(RuntimeError, match="closed"):
         pool.run(spec_for("default"), [])
+
+
+ORPHAN_PARENT = """
+import pickle, sys
+from pymlgo.problems.inlining.policies import builtin_policy
+from pymlgo.workers import WorkSpec
+from pymlgo.workers.local import LocalPool
+from pymlgo.workers.testing import SlowPolicy
+
+job = pickle.loads(open(sys.argv[1], "rb").read())
+pool = LocalPool(1)
+pool.wait_ready()
+print(pool.worker_pids()[0], flush=True)
+spec = WorkSpec(policy=SlowPolicy(builtin_policy("default"), 120.0))
+for _ in pool.run(spec, [job]):  # the compile waits 120 s on the channel
+    pass
+"""
+
+
+def test_a_worker_busy_when_its_parent_is_killed_exits_with_its_compiler(worker_jobs,
+                                                                        scratch_tmp):
+    # End of stdin ends an idle worker; a busy one must not compile on under PID 1
+    import pickle
+    import subprocess
+    import sys
+
+    job = scratch_tmp / "job.pkl"
+    job.write_bytes(pickle.dumps(worker_jobs[0]))
+    parent = subprocess.Popen([sys.executable, "-c", ORPHAN_PARENT, str(job)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(parent.stdout.readline())  # type: ignore[union-attr]
+        wait_until(lambda: processes_mentioning(scratch_tmp / "mlgo-worker") != [], 60.0,
+                   "the compile to start")
+    finally:
+        parent.kill()
+        parent.wait()
+    wait_until(lambda: not is_running(worker), 15.0, "the orphaned worker to exit")
+    wait_until(lambda: processes_mentioning(scratch_tmp / "mlgo-worker") == [], 15.0,
+               "its compiler to exit")

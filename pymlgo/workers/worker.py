@@ -12,8 +12,11 @@ import contextlib
 import os
 import pickle
 import sys
+import threading
+import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -37,6 +40,26 @@ def _exception_blob(exc: BaseException) -> bytes:
         return pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
 
 
+def exit_with_parent(scratch: Path, period: float = 2.0) -> None:
+    """End this process, and the compiler it runs, when the pool's process is gone. End of
+    stdin ends an idle worker, but a busy one would run on under PID 1 after its parent was
+    killed, and a compiler whose host vanished spins on its FIFO (seen after a `kill -9` of
+    a benchmark: orphans for minutes). Its compilers run in their own sessions under
+    `scratch`, so they are reaped with it."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        from pymlgo.workers.scratch import reap
+
+        while True:
+            time.sleep(period)
+            if os.getppid() != parent:
+                reap(scratch)
+                os._exit(1)  # nobody reads a result now; an exception would only print
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def main() -> int:
     forbid_torch()
     from pymlgo.workers import wire
@@ -48,6 +71,7 @@ def main() -> int:
     os.dup2(2, 1)
     inp = 0
     scratch = claim_scratch()
+    exit_with_parent(scratch.path)
     with contextlib.suppress(ImportError):  # warm up now rather than in the first job
         import pymlgo.problems.inlining.compile  # noqa: F401
     wire.write_frame(out, ("ready", os.getpid(), str(scratch.path)))
