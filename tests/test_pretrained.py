@@ -156,10 +156,13 @@ def test_each_shipped_policy_trains_on_the_same_packages_recorded_at_its_problem
         specs = pretrained.read_corpus_list(pretrained.repo_corpus_list(name))
         return dict(s.rpartition("=")[::2] for s in specs)
 
+    def level(name: str) -> str:
+        return pretrained.problem_level(cfg.load_config(pretrained.repo_config(name)))
+
     inlining, evict = packages("inlining-oz"), packages("regalloc-evict")
     assert inlining.keys() == evict.keys() and "" in inlining  # `demo`, at each one's level
-    assert pretrained.problem_level(pretrained.repo_config("inlining-oz")) == "-Oz"
-    assert pretrained.problem_level(pretrained.repo_config("regalloc-evict")) == "-O2"
+    assert level("inlining-oz") == "-Oz"
+    assert level("regalloc-evict") == "-O2"
     for pkg, where in evict.items():
         if pkg:  # the -O2 build of each package, never the -Oz one
             assert where.endswith(f"/corpora/debian-O2/{pkg}"), where

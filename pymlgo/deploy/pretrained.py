@@ -25,7 +25,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymlgo.policy.store import (
     POLICY_FILE,
@@ -34,6 +34,9 @@ from pymlgo.policy.store import (
     available_pretrained,
     pretrained_root,
 )
+
+if TYPE_CHECKING:
+    from pymlgo.train.config import TrainConfig
 
 NAME = "inlining-oz"
 CORPUS_LIST_NAME = "configs/pretrained-NAME.corpus"  # per policy: its problem's -O level
@@ -59,12 +62,11 @@ def repo_corpus_list(name: str = NAME) -> Path:
     return repo_config(name).with_suffix(".corpus")
 
 
-def problem_level(config: Path) -> str:
+def problem_level(config: TrainConfig) -> str:
     """The -O level the config's problem compiles at (a `demo` source is recorded at it)."""
     from pymlgo.problems import registry
-    from pymlgo.train import config as cfg
 
-    return registry.problem(cfg.load_config(config).problem).opt_level
+    return registry.problem(config.problem).opt_level
 
 
 def install_policy(source: Path, dest: Path) -> None:
@@ -149,7 +151,7 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
     from pymlgo.workers import WorkSpec, make_executor
 
     config = cfg.load_config(config_path)
-    corpus = common.resolve_corpus(corpus_spec, level=problem_level(config_path))
+    corpus = common.resolve_corpus(corpus_spec, level=problem_level(config))
     split = make_split(config, corpus)
     compiler = find_compiler(None)
     policy = load_policy(str(policy_dir), problem=config.problem)
@@ -236,8 +238,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             print(f"pretrained: --corpus-list: {exc}", file=sys.stderr)
             return 2
+    from pymlgo.train import config as cfg
+
     try:
-        level = problem_level(config)
+        level = problem_level(cfg.load_config(config))
     except (OSError, ValueError) as exc:  # a config that does not load or names no problem
         print(f"pretrained: {config}: {exc}", file=sys.stderr)
         return 2
