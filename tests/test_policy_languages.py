@@ -225,17 +225,10 @@ def test_a_validation_split_the_policy_leaves_to_clang_picks_the_trained_policy(
     # Every validation module is C and the policy decides C++ only: validation measures 0.00%
     # at every iteration, and best/ must be the trained network, not the untrained start
     # (a k-fold fold whose validation packages were all C evaluated iteration 0's).
-    from tests.test_train_algorithms import copy_demo_subset
-    from tests.train_runs import MODULES
+    from tests.test_train_algorithms import train_bc_on_demo_subset
 
-    corpus = copy_demo_subset(demo_corpus_dir, tmp_path / "corpus", MODULES)
-    config = tmp_path / "c.toml"
-    config.write_text('algo = "bc"\nseed = 3\nwarmstart = ""\niterations = 2\n'
-                      'eval_every = 2\n[split]\nvalidation = 0.25\nheldout = 0.0\n'
-                      '[policy]\nhidden = [8]\nlanguages = ["c++"]\n[bc]\nbatch_size = 32\n')
-    assert main(["train", "--corpus", str(corpus), "--config", str(config), "--output_dir",
-                 str(tmp_path / "run"), "--workers", "2"]) == 0
-    rows = [json.loads(x) for x in (tmp_path / "run" / "scalars.jsonl").read_text().splitlines()]
+    rows = train_bc_on_demo_subset(demo_corpus_dir, tmp_path, tmp_path / "run",
+                                   "seed = 3\neval_every = 2", "", policy='languages = ["c++"]')
     assert {r["size_change/validation"] for r in rows if "size_change/validation" in r} == {0.0}
     best = json.loads((tmp_path / "run" / "best" / "policy.json").read_text())
     assert best["hyperparameters"]["iteration"] == 2

@@ -49,6 +49,28 @@ def copy_demo_subset(demo_dir: Path, root: Path, modules: tuple[str, ...]) -> Pa
     return root
 
 
+def train_bc_on_demo_subset(demo_dir: Path, tmp_path: Path, out: Path, top: str, bc: str,
+                            *extra: str, policy: str = "") -> list[dict]:
+    """`mlgo train` of bc for 2 iterations on the train_runs modules of the demo corpus (a
+    quarter of them validate), with `top`, `bc` and `policy` as the config's extra lines at
+    top level and in [bc] and [policy]; the run's scalar rows."""
+    import json
+
+    from pymlgo.cli.main import main
+    from tests.train_runs import MODULES
+
+    corpus = tmp_path / "corpus"
+    if not corpus.is_dir():
+        copy_demo_subset(demo_dir, corpus, MODULES)
+    config = tmp_path / "c.toml"
+    config.write_text(f'algo = "bc"\nwarmstart = ""\niterations = 2\n{top}\n'
+                      '[split]\nvalidation = 0.25\nheldout = 0.0\n'
+                      f'[policy]\nhidden = [8]\n{policy}\n[bc]\nbatch_size = 32\n{bc}\n')
+    assert main(["train", "--corpus", str(corpus), "--config", str(config), "--output_dir",
+                 str(out), "--workers", "2", *extra]) == 0
+    return [json.loads(x) for x in (out / "scalars.jsonl").read_text().splitlines()]
+
+
 @pytest.fixture(scope="module")
 def tiny_corpus(demo_corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     root = copy_demo_subset(demo_corpus_dir, tmp_path_factory.mktemp("tiny") / "corpus",
@@ -269,20 +291,9 @@ def test_bc_without_a_warm_start_never_offers_its_random_start_as_best(
     # start at stop 40), and with no iteration to run the start is the only policy: best/.
     import json
 
-    from pymlgo.cli.main import main
-    from tests.train_runs import MODULES
-
-    corpus = copy_demo_subset(demo_corpus_dir, tmp_path / "corpus", MODULES)
-    config = tmp_path / "c.toml"
-    config.write_text('algo = "bc"\nseed = 7\nwarmstart = ""\niterations = 2\n'
-                      'eval_every = 1\n[split]\nvalidation = 0.25\nheldout = 0.0\n'
-                      '[policy]\nhidden = [8]\n[bc]\nbatch_size = 32\n'
-                      'epochs_per_iteration = 20\nteacher = "always"\n')
-
     def run(out: Path, *extra: str) -> list[dict]:
-        assert main(["train", "--corpus", str(corpus), "--config", str(config), "--output_dir",
-                     str(out), "--workers", "2", *extra]) == 0
-        return [json.loads(x) for x in (out / "scalars.jsonl").read_text().splitlines()]
+        return train_bc_on_demo_subset(demo_corpus_dir, tmp_path, out, "seed = 7\neval_every = 1",
+                                       'epochs_per_iteration = 20\nteacher = "always"', *extra)
 
     def best_iteration(out: Path) -> int:
         return json.loads((out / "best" / "policy.json").read_text())[
