@@ -148,11 +148,12 @@ def function_advantages(samples: Sequence[ModuleResult], baseline: ModuleResult
     return out
 
 
-def trajectory_batch(trajectory: Trajectory, advantages: dict[str, float], *,
+def trajectory_batch(trajectory: Trajectory, advantages: dict[str, float], *, minor: int,
                      limit: int | None = None,
                      rng: np.random.Generator | None = None) -> EvictionBatch | None:
-    """Encoded decisions of the functions that have an advantage, with a real choice; at
-    most `limit` of them (a seeded subsample, drawn before encoding)."""
+    """Decisions of the functions that have an advantage, with a real choice, encoded for
+    a policy of version 1.`minor`; at most `limit` of them (a seeded subsample, drawn
+    before encoding)."""
     traj = trajectory
     n = len(traj)
     if n == 0:
@@ -165,7 +166,8 @@ def trajectory_batch(trajectory: Trajectory, advantages: dict[str, float], *,
         rows = np.sort((rng or np.random.default_rng(0)).choice(rows, limit, replace=False))
     if not len(rows):
         return None
-    x = np.stack([encode({name: v[i] for name, v in traj.features.items()}) for i in rows])
+    x = np.stack([encode({name: v[i] for name, v in traj.features.items()}, minor)
+                  for i in rows])
     actions = traj.advice.reshape(n, -1)[rows, 0].astype(np.int64)
     adv = np.array([advantages[fns[i]] for i in rows], dtype=np.float64)
     return EvictionBatch(x, mask[rows], actions, adv)
@@ -231,7 +233,8 @@ class EvictionHead:
         got = function_samples(env, episodes)
         limit = got.per_trajectory()
         batches = [b for traj, adv in got.samples
-                   if (b := trajectory_batch(traj, adv, rng=ppo.rng, limit=limit)) is not None]
+                   if (b := trajectory_batch(traj, adv, minor=behaviour.minor, rng=ppo.rng,
+                                             limit=limit)) is not None]
         if not batches:
             return {"ppo/decisions": 0.0}
         x, mask, actions, adv = (np.concatenate([getattr(b, f) for b in batches])
@@ -243,11 +246,14 @@ class EvictionHead:
                  torch.from_numpy(mask), torch.from_numpy(actions))
         return batch, logp_old, adv, got.scalars(env, episodes, n)
 
-    def demonstrations(self, trajectories: Sequence[Trajectory]) -> tuple[np.ndarray, ...]:
+    def demonstrations(self, trajectories: Sequence[Trajectory],
+                       learner: EvictionPolicy) -> tuple[np.ndarray, ...]:
         """(inputs, valid columns, column taken) of every recorded decision with a real
-        choice (more than one valid column): what behaviour cloning fits."""
+        choice (more than one valid column), encoded for `learner`: what behaviour cloning
+        fits."""
         batches = [b for t in trajectories
-                   if (b := trajectory_batch(t, dict.fromkeys(t.contexts, 0.0))) is not None]
+                   if (b := trajectory_batch(t, dict.fromkeys(t.contexts, 0.0),
+                                             minor=learner.minor)) is not None]
         if not batches:
             return (np.zeros((0, 1, INPUT_DIM), np.float32), np.zeros((0, 1), bool),
                     np.zeros(0, np.int64))
@@ -329,8 +335,10 @@ class PriorityHead:
         batch = (torch.from_numpy(x), torch.from_numpy(actions.astype(np.float32)))
         return batch, logp_old, adv, got.scalars(env, episodes, len(actions))
 
-    def demonstrations(self, trajectories: Sequence[Trajectory]) -> tuple[np.ndarray, ...]:
-        """(inputs, log2 priority given) of every recorded decision."""
+    def demonstrations(self, trajectories: Sequence[Trajectory],
+                       learner: PriorityPolicy) -> tuple[np.ndarray, ...]:
+        """(inputs, log2 priority given) of every recorded decision (one encoding for
+        every priority policy: `learner` does not change it)."""
         rng = np.random.default_rng(0)  # unused: no limit, every decision is kept
         rows = [r for t in trajectories
                 if (r := priority_rows(t, dict.fromkeys(t.contexts, 0.0), limit=len(t),

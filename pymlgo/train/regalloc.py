@@ -183,15 +183,17 @@ class RegallocTraining:
             f"the {self.problem.baseline_label} advisor")
         demos: tuple[object, object] = (None, None)
         if config.algo == "bc":
-            demos = self._demonstrations(split, baselines, jobs, executor, spec, sources, say)
+            demos = self._demonstrations(split, baselines, jobs, executor, spec, sources, say,
+                                         initial)
         return PolicySetup(spilling, demos[0], demos[1], initial, {})
 
     def _demonstrations(self, split: Split, baselines: Mapping[str, float],
                         jobs: Mapping[str, CompileJob], executor: Executor, spec: WorkSpec,
-                        sources: Sources, say: Callable[[str], None]
+                        sources: Sources, say: Callable[[str], None], learner: Policy
                         ) -> tuple[object, object]:
         """The traced policy's decisions on the training and validation modules, as the
-        ppo head's demonstration arrays (read from the trace, else recorded now)."""
+        ppo head's demonstration arrays for `learner` (read from the trace, else recorded
+        now)."""
         usable = sorted(m for m in (*split.train, *split.validation) if m in baselines)
         traced = self.problem.trace_policy
         trajectories: dict[str, Trajectory] = {}
@@ -218,9 +220,9 @@ class RegallocTraining:
                     trajectories[e.module] = e.result.trajectory
         head = self.ppo_head()
         train = head.demonstrations(  # type: ignore[attr-defined]
-            [trajectories[m] for m in sorted(split.train) if m in trajectories])
+            [trajectories[m] for m in sorted(split.train) if m in trajectories], learner)
         validation = head.demonstrations(  # type: ignore[attr-defined]
-            [trajectories[m] for m in sorted(split.validation) if m in trajectories])
+            [trajectories[m] for m in sorted(split.validation) if m in trajectories], learner)
         if not len(train[0]):
             raise TrainError(f"no training module has a decision of {traced} to clone")
         say(f"behaviour cloning {len(train[0])} decisions")
