@@ -40,7 +40,8 @@ SPLIT_DEFERRAL = 16.0  # log2 steps every range not yet split gets over split on
 SIZE_SLOPE = 0.5  # log2 priority per doubling of the live range: 32 bits hold sizes < 2**32
 
 
-def heuristic_weights(features: Mapping[str, np.ndarray]) -> np.ndarray:
+def heuristic_weights(features: Mapping[str, np.ndarray],
+                      size_offset: float = SIZE_OFFSET) -> np.ndarray:
     """Each column's spill weight as far as the channel tells: `use_def_density` (the
     largest weight of the column's live ranges, divided by the decision's maximum), inf
     where it is not finite (inf, or NaN: LLVM divided inf by inf).
@@ -48,7 +49,7 @@ def heuristic_weights(features: Mapping[str, np.ndarray]) -> np.ndarray:
     One infinite weight turns every finite one into 0 (x / inf). LLVM's weight is the
     frequency-weighted count of defs and uses over the range's size plus a constant, so
     those columns are estimated as (reads + writes + read-writes, each frequency weighted
-    and scaled to the decision's maximum) / (size scaled likewise + SIZE_OFFSET): an
+    and scaled to the decision's maximum) / (size scaled likewise + `size_offset`): an
     ordering, not the weights.
     """
     weight = np.asarray(features["use_def_density"], dtype=np.float64).reshape(-1)
@@ -57,7 +58,7 @@ def heuristic_weights(features: Mapping[str, np.ndarray]) -> np.ndarray:
         return weight
     uses = sum(np.asarray(features[n], dtype=np.float64).reshape(-1) for n in USE_FEATURES)
     size = np.asarray(features["liverange_size"], dtype=np.float64).reshape(-1)
-    return np.where(finite, uses / (size + SIZE_OFFSET), np.inf)
+    return np.where(finite, uses / (size + size_offset), np.inf)
 
 
 def heuristic_choice(features: Mapping[str, np.ndarray],
@@ -106,14 +107,8 @@ def heuristic_choice(features: Mapping[str, np.ndarray],
 def heuristic_weights_1_0(features: Mapping[str, np.ndarray]) -> np.ndarray:
     """`heuristic_weights` of regalloc-1.0 networks' inputs (kept so a saved 1.0 policy
     computes what it was trained on): finite weights next to an infinite one estimated as
-    frequency-weighted uses per size."""
-    weight = np.asarray(features["use_def_density"], dtype=np.float64).reshape(-1)
-    finite = np.isfinite(weight)
-    if finite.all():
-        return weight
-    uses = sum(np.asarray(features[n], dtype=np.float64).reshape(-1) for n in USE_FEATURES)
-    size = np.asarray(features["liverange_size"], dtype=np.float64).reshape(-1)
-    return np.where(finite, uses / (size + 1e-3), np.inf)
+    frequency-weighted uses per size, the size offset all but 0."""
+    return heuristic_weights(features, size_offset=1e-3)
 
 
 def heuristic_choice_1_0(features: Mapping[str, np.ndarray],
