@@ -6,7 +6,7 @@ import pytest
 
 from pymlgo.workers import make_executor
 from pymlgo.workers.local import LocalPool
-from pymlgo.workers.ray_backend import RayExecutor
+from pymlgo.workers.ray_backend import RayExecutor, lost_cluster_message
 from tests.workers_support import POLICIES, outcome, spec_for
 
 pytest_plugins = ("tests.workers_fixtures",)  # fixtures: worker_jobs, reference
@@ -35,3 +35,16 @@ def test_ray_local_results_equal_the_local_pool(ray_local, worker_jobs, referenc
         for policy in POLICIES:
             on_ray = outcome(ray_local.run(spec_for(policy), worker_jobs))
             assert on_ray == outcome(pool.run(spec_for(policy), worker_jobs)) == reference[policy]
+
+
+def test_a_lost_cluster_is_one_line_naming_the_cause_and_the_resume():
+    # recorded: what Ray Client raised when the head of tests/test_cluster_hosts.py went away
+    grpc_text = ("<_InactiveRpcError of RPC that terminated with:\n"
+                 "\tstatus = StatusCode.UNAVAILABLE\n"
+                 '\tdetails = "failed to connect to all addresses"\n>')
+    message = lost_cluster_message("ray://10.77.0.2:10001", ConnectionError(grpc_text))
+    assert "\n" not in message
+    assert message.startswith("lost the Ray cluster at ray://10.77.0.2:10001 (ConnectionError: "
+                              "<_InactiveRpcError of RPC that terminated with:)")
+    assert "resumes from its last checkpoint when rerun" in message
+    assert "(ConnectionError)" in lost_cluster_message("ray-local", ConnectionError())

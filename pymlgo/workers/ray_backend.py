@@ -197,6 +197,16 @@ def ship_code_env() -> dict[str, Any]:
     return {"py_modules": [str(Path(pymlgo.__file__).parent)]}
 
 
+def lost_cluster_message(address: str | None, exc: BaseException) -> str:
+    """One line: the cause's first line (gRPC errors run over many lines, which would push
+    the advice out of sight) and what to do."""
+    lines = str(exc).strip().splitlines()
+    cause = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return (f"lost the Ray cluster at {address} ({cause}). Unfinished compiles of this batch "
+            "are not reported; a training run resumes from its last checkpoint when rerun "
+            "(against this cluster once back, or another)")
+
+
 class RayCompileWorker:
     """Actor body: one compile at a time, specs cached by run key."""
 
@@ -414,11 +424,7 @@ class RayExecutor(ExecutorBase):
             if not isinstance(exc, ConnectionError) and self._ray.is_initialized():
                 raise
             self._lost = True
-            raise ExecutorError(
-                f"lost the Ray cluster at {self.address}: {exc}. Unfinished compiles of "
-                "this batch are not reported; a training run resumes from its last "
-                "checkpoint when rerun (against this cluster once back, or another)"
-            ) from exc
+            raise ExecutorError(lost_cluster_message(self.address, exc)) from exc
 
     def _schedule(
         self, spec: WorkSpec, jobs: list[CompileJob], cut: StragglerCut
