@@ -38,7 +38,8 @@ def test_ray_local_results_equal_the_local_pool(ray_local, worker_jobs, referenc
 
 
 def test_a_lost_cluster_is_one_line_naming_the_cause_and_the_resume():
-    # recorded: what Ray Client raised when the head of tests/test_cluster_hosts.py went away
+    # the first line is what Ray Client raised when the head of tests/test_cluster_hosts.py
+    # went away (CI, stop 45); the lines after it follow gRPC's layout of such an error
     grpc_text = ("<_InactiveRpcError of RPC that terminated with:\n"
                  "\tstatus = StatusCode.UNAVAILABLE\n"
                  '\tdetails = "failed to connect to all addresses"\n>')

@@ -197,7 +197,7 @@ def ship_code_env() -> dict[str, Any]:
     return {"py_modules": [str(Path(pymlgo.__file__).parent)]}
 
 
-def lost_cluster_message(address: str | None, exc: BaseException) -> str:
+def lost_cluster_message(address: str, exc: BaseException) -> str:
     """One line: the cause's first line (gRPC errors run over many lines, which would push
     the advice out of sight) and what to do."""
     lines = str(exc).strip().splitlines()
