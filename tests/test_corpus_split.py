@@ -94,6 +94,38 @@ def test_validation_can_also_be_whole_packages() -> None:
     assert not pkg(split.validation) & pkg(split.heldout)
 
 
+def test_weighed_validation_holds_about_its_share_of_the_weight_not_of_the_modules() -> None:
+    # zstd and brotli hold most modules; a hot package with few modules holds most cost
+    weights = {"zstd": 10.0, "brotli": 20.0, "lz4": 900.0, "zlib": 30.0, "sqlite": 5.0,
+               "xz": 25.0, "bzip2": 10.0}
+    total = sum(weights.values())
+    for seed in range(20):
+        split = split_by_package(CORPUS, seed=seed, validation=0.1, heldout=0.0,
+                                 validation_by="package", validation_weights=weights)
+        val = {n.split("/")[0] for n in split.validation}
+        share = sum(weights[p] for p in val) / total
+        # never the hot package (90% of the weight, drawn first or not), never nothing
+        assert val and "lz4" not in val
+        assert share < 0.1 + 30 / total
+        assert_partition(split, CORPUS)
+        # the same seed, the same draw
+        assert split == split_by_package(CORPUS, seed=seed, validation=0.1, heldout=0.0,
+                                         validation_by="package", validation_weights=weights)
+
+
+def test_weighed_validation_that_no_package_approaches_takes_the_nearest_one() -> None:
+    weights = {"zstd": 100.0, "brotli": 100.0, "lz4": 100.0, "zlib": 100.0, "sqlite": 100.0,
+               "xz": 100.0, "bzip2": 100.0}
+    split = split_by_package(CORPUS, seed=2, validation=0.01, heldout=0.0,
+                             validation_by="package", validation_weights=weights)
+    assert len({n.split("/")[0] for n in split.validation}) == 1
+
+
+def test_weighed_validation_needs_whole_packages() -> None:
+    with pytest.raises(CorpusError, match='validation_by="package"'):
+        split_by_package(CORPUS, seed=0, validation=0.1, validation_weights={"zstd": 1.0})
+
+
 def test_by_module_sizes_are_the_rounded_fractions() -> None:
     split = split_by_module(CORPUS, seed=1, validation=0.1, heldout=0.25)
     n = len(CORPUS)

@@ -311,3 +311,34 @@ def test_bc_without_a_warm_start_never_offers_its_random_start_as_best(
     assert best_iteration(tmp_path / "none") == 0
     assert ((tmp_path / "none" / "best" / "weights.npz").read_bytes()
             == (tmp_path / "none" / "final" / "weights.npz").read_bytes())
+
+
+def test_validation_weighed_by_baseline_bytes_is_drawn_from_the_measured_packages(
+        demo_corpus_dir, tmp_path, executor, compiler):
+    # three packages: validation by weight must see the -Oz bytes the setup measured
+    root = copy_demo_subset(demo_corpus_dir, tmp_path / "corpus",
+                            (*TINY_DEMO_MODULES, "lz4/lz4libs/xxhash"))
+    corpus = load_corpus(root)
+    split = {"by": "package", "validation": 0.3, "heldout": 0.0, "validation_by": "package",
+             "validation_weight": "baseline"}
+    config = tiny_config("es", split=split)
+    said: list[str] = []
+    spec = WorkSpec(problem="inlining", clang=None, timeout=600)
+    setup = trainer.prepare(config, corpus, executor, compiler, spec, said.append)
+
+    # every module outside held-out was measured, then validation drawn by those bytes
+    assert set(setup.baselines) == set(corpus.names)
+    weights: dict[str, float] = {}
+    for module, size in setup.baselines.items():
+        weights[module.split("/")[0]] = weights.get(module.split("/")[0], 0.0) + size
+    from pymlgo.corpus.split import split_by_package
+
+    assert setup.split == split_by_package(corpus, seed=config.seed, validation=0.3,
+                                           heldout=0.0, validation_by="package",
+                                           validation_weights=weights)
+    val = sorted({m.split("/")[0] for m in setup.split.validation})
+    share = sum(setup.baselines[m] for m in setup.split.validation) / sum(weights.values())
+    assert val and setup.split.train
+    assert f"validation: {', '.join(val)} ({share:.1%} of the baseline" in "\n".join(said)
+    # the same bytes give the same split when a finished run is evaluated
+    assert trainer.measured_split(config, corpus, executor, compiler, spec) == setup.split

@@ -191,6 +191,21 @@ def test_held_out_packages_can_be_named_and_validation_drawn_as_whole_packages()
         make_config(algo="es", split={"heldout_packages": ["zlib"]})
 
 
+def test_validation_can_be_weighed_by_the_baseline_of_whole_packages_only():
+    from pymlgo.train.config import ConfigError, make_config, to_dict
+
+    cfg = make_config(algo="es", split={"by": "package", "validation_by": "package",
+                                        "validation_weight": "baseline"})
+    assert to_dict(cfg)["split"]["validation_weight"] == "baseline"
+    # at its default the key stays out of a saved policy's provenance
+    assert "validation_weight" not in to_dict(make_config(algo="es"))["split"]
+    with pytest.raises(ConfigError, match='validation_by = "package"'):
+        make_config(algo="es", split={"by": "package", "validation_weight": "baseline"})
+    with pytest.raises(ConfigError, match="validation_weight"):
+        make_config(algo="es", split={"by": "package", "validation_by": "package",
+                                      "validation_weight": "cost"})
+
+
 def test_an_ir2vec_vocabulary_counts_by_its_content_not_its_path(tmp_path):
     from pymlgo.ir2vec.vocab_file import file_sha256
 

@@ -9,7 +9,7 @@ listing order, so every process agrees on it.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -74,6 +74,22 @@ def _pick_packages(order: list[str], sizes: dict[str, int], target: float) -> li
     return chosen
 
 
+def _pick_weighted(order: list[str], weights: Mapping[str, float], target: float) -> list[str]:
+    """Packages (taken in `order`) whose weight comes closest to `target`, passing over any
+    that would overshoot it more than it helps (one heavy package must not become the whole
+    validation set just because it was drawn first); the package nearest the target if none
+    helps; never all of them."""
+    chosen: list[str] = []
+    total = 0.0
+    for pkg in order[:-1]:
+        if abs(total + weights[pkg] - target) < abs(total - target):
+            chosen.append(pkg)
+            total += weights[pkg]
+    if not chosen and target > 0 and len(order) > 1:
+        chosen = [min(order[:-1], key=lambda p: abs(weights[p] - target))]
+    return chosen
+
+
 def split_by_package(
     corpus: Corpus,
     *,
@@ -82,11 +98,16 @@ def split_by_package(
     heldout: float = 0.2,
     heldout_packages: Sequence[str] | None = None,
     validation_by: Literal["module", "package"] = "module",
+    validation_weights: Mapping[str, float] | None = None,
 ) -> Split:
     """Held-out = whole packages, chosen by `seed` (about `heldout` of the modules) or named
     in `heldout_packages`. Validation is drawn from the remaining packages, by module (the
     default: it tracks overfitting on seen code) or, with `validation_by="package"`, as
     whole packages too. Training gets the rest; it never shares a package with held-out.
+
+    `validation_weights` (package -> weight, e.g. its baseline cost; by package only): the
+    validation packages hold about `validation` of the remaining packages' total weight
+    instead of that fraction of the modules. A package missing from it weighs 0.
     """
     _check_fractions(validation, heldout)
     sizes: dict[str, int] = {}
@@ -119,10 +140,18 @@ def split_by_package(
         rest_pkgs = [p for p in packages if p not in held_set]
         if validation > 0 and len(rest_pkgs) < 2:
             raise CorpusError("not enough packages left for a by-package validation set")
-        val_pkgs = set(_pick_packages(_shuffled(rest_pkgs, seed, "validation"), sizes,
-                                      validation * len(corpus.modules))) if validation else set()
+        order = _shuffled(rest_pkgs, seed, "validation")
+        if not validation:
+            val_pkgs: set[str] = set()
+        elif validation_weights is not None:
+            weights = {p: float(validation_weights.get(p, 0.0)) for p in rest_pkgs}
+            val_pkgs = set(_pick_weighted(order, weights, validation * sum(weights.values())))
+        else:
+            val_pkgs = set(_pick_packages(order, sizes, validation * len(corpus.modules)))
         val = [n for n in rest if n.split("/", 1)[0] in val_pkgs]
     else:
+        if validation_weights is not None:
+            raise CorpusError('validation weights choose whole packages: validation_by="package"')
         n_val = round(validation * len(corpus.modules))
         if n_val >= len(rest) and n_val > 0:
             raise CorpusError(f"{len(rest)} module(s) outside held-out: too few to validate")

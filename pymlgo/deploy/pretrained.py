@@ -147,18 +147,18 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
     from pymlgo.policy.store import load_policy
     from pymlgo.toolchain.compiler import find_compiler
     from pymlgo.train import config as cfg
-    from pymlgo.train.trainer import make_split
+    from pymlgo.train.trainer import measured_split
     from pymlgo.workers import WorkSpec, make_executor
 
     config = cfg.load_config(config_path)
     corpus = common.resolve_corpus(corpus_spec, level=problem_level(config))
-    split = make_split(config, corpus)
     compiler = find_compiler(None)
     policy = load_policy(str(policy_dir), problem=config.problem)
     out: dict[str, Any] = {"compiler": compiler.describe(), "problem": config.problem,
                            "size_metric": config.size_metric}
     spec = WorkSpec(problem=config.problem, size_metric=config.size_metric)
     with make_executor(None, common.default_workers(workers)) as ex:
+        split = measured_split(config, corpus, ex, compiler, spec)
         for name, modules in (("train", split.train), ("validation", split.validation),
                               ("heldout", split.heldout)):
             if name not in parts:

@@ -62,7 +62,7 @@ from pymlgo.evaluate.eval import corpus_jobs
 from pymlgo.ir2native.estimates import from_extra
 from pymlgo.ir2native.model import IR2NativeModel
 from pymlgo.problems import registry
-from pymlgo.problems.base import ModuleResult, Policy, Problem
+from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Problem
 from pymlgo.problems.inlining.problem import InliningOptions
 from pymlgo.toolchain.compiler import Compiler, find_compiler
 from pymlgo.train.config import LEGACY_SIZE_METRIC, TrainConfig
@@ -277,14 +277,55 @@ def _parse_scalars(path: Path) -> list[dict[str, float]]:
 # --- setup ------------------------------------------------------------------------------
 
 
-def make_split(config: TrainConfig, corpus: Corpus) -> Split:
+def make_split(config: TrainConfig, corpus: Corpus,
+               baselines: Mapping[str, float] | None = None) -> Split:
+    """The run's split. With `split.validation_weight = "baseline"` the validation packages
+    are weighed by `baselines` (module -> baseline measure; required then)."""
     s = config.split
     if s.by == "package":
+        weights = None
+        if s.validation_weight == "baseline":
+            if baselines is None:
+                raise TrainError('split.validation_weight = "baseline" needs the baselines')
+            weights = {}
+            for module, value in baselines.items():
+                package = module.split("/", 1)[0]
+                weights[package] = weights.get(package, 0.0) + value
         return split_by_package(corpus, seed=config.seed, validation=s.validation,
                                 heldout=s.heldout, heldout_packages=s.heldout_packages,
-                                validation_by=s.validation_by)
+                                validation_by=s.validation_by, validation_weights=weights)
     return split_by_module(corpus, seed=config.seed, validation=s.validation,
                            heldout=s.heldout)
+
+
+def _outside_heldout(config: TrainConfig) -> TrainConfig:
+    """The config whose split puts every module outside held-out in training."""
+    return replace(config, split=replace(config.split, validation=0.0,
+                                         validation_weight="modules"))
+
+
+def _baselines(executor: Executor, jobs: Sequence[CompileJob], compiler: Compiler,
+               spec: WorkSpec) -> tuple[dict[str, ModuleResult], dict[str, float]]:
+    """Each module's baseline result and measure (the problem's scoring), where it has one."""
+    scoring = training_of(spec.problem).scoring
+    results: dict[str, ModuleResult] = {}
+    baselines: dict[str, float] = {}
+    for r in baseline_results(executor, jobs, compiler, spec=spec):
+        value = scoring.value(r) if r.ok else None
+        if value is not None:
+            results[r.module], baselines[r.module] = r, value
+    return results, baselines
+
+
+def measured_split(config: TrainConfig, corpus: Corpus, executor: Executor,
+                   compiler: Compiler, spec: WorkSpec) -> Split:
+    """`make_split`, measuring the baselines outside held-out first when validation is
+    weighed by them (cached, so after a training run this compiles nothing)."""
+    if config.split.validation_weight != "baseline":
+        return make_split(config, corpus)
+    outside = make_split(_outside_heldout(config), corpus)
+    _, baselines = _baselines(executor, corpus_jobs(corpus, outside.train), compiler, spec)
+    return make_split(config, corpus, baselines)
 
 
 def prepare(
@@ -302,19 +343,26 @@ def prepare(
     training = training_of(spec.problem)
     if sources is None:
         sources = _load_sources(config, corpus, compiler)
-    split = make_split(config, corpus)
+    weighed = config.split.validation_weight == "baseline"
+    # weighed: train + validation are every module outside held-out however validation is
+    # drawn, so their baselines come first and validation is drawn by them after
+    split = make_split(_outside_heldout(config) if weighed else config, corpus)
     if not split.train:
         raise TrainError("the split leaves no training modules")
     names = (*split.train, *split.validation)
     jobs = {j.module: j for j in corpus_jobs(corpus, names)}
     scoring = training.scoring
     say(f"{spec.problem.baseline_label} baseline {scoring.name}s of {len(jobs)} modules")
-    results: dict[str, ModuleResult] = {}
-    baselines: dict[str, float] = {}
-    for r in baseline_results(executor, list(jobs.values()), compiler, spec=spec):
-        value = scoring.value(r) if r.ok else None
-        if value is not None:
-            results[r.module], baselines[r.module] = r, value
+    results, baselines = _baselines(executor, list(jobs.values()), compiler, spec)
+    if weighed:
+        split = make_split(config, corpus, baselines)
+        if not split.train:
+            raise TrainError("the split leaves no training modules")
+        share = sum(baselines.get(m, 0.0) for m in split.validation) / max(
+            sum(baselines.values()), 1e-300)
+        packages = sorted({m.split("/", 1)[0] for m in split.validation})
+        say(f"validation: {', '.join(packages)} ({share:.1%} of the baseline "
+            f"{scoring.name}s outside held-out)")
     try:
         made = training.setup(config, split, baselines, jobs, executor, spec, sources, say)
     except SourceError as exc:
