@@ -113,6 +113,20 @@ def test_weighed_validation_holds_about_its_share_of_the_weight_not_of_the_modul
                                          validation_by="package", validation_weights=weights)
 
 
+def test_weighed_validation_does_not_take_every_small_package_to_reach_the_weight() -> None:
+    # one hot package holds 91% of the weight; the other nine together hold the 9% a 10%
+    # validation asks for, but taking them all would leave training the hot one alone
+    sizes = {"hot": 10, **{f"p{i}": 10 for i in range(9)}}
+    weights = {"hot": 900.0, **{f"p{i}": 10.0 for i in range(9)}}
+    corpus = corpus_of(sizes)
+    for seed in range(10):
+        split = split_by_package(corpus, seed=seed, validation=0.1, heldout=0.0,
+                                 validation_by="package", validation_weights=weights)
+        val = {n.split("/")[0] for n in split.validation}
+        assert len(val) == 1 and "hot" not in val
+        assert len({n.split("/")[0] for n in split.train}) == 9
+
+
 def test_weighed_validation_that_no_package_approaches_takes_the_nearest_one() -> None:
     weights = {"zstd": 100.0, "brotli": 100.0, "lz4": 100.0, "zlib": 100.0, "sqlite": 100.0,
                "xz": 100.0, "bzip2": 100.0}

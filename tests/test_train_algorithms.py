@@ -338,7 +338,9 @@ def test_validation_weighed_by_baseline_bytes_is_drawn_from_the_measured_package
                                            validation_weights=weights)
     val = sorted({m.split("/")[0] for m in setup.split.validation})
     share = sum(setup.baselines[m] for m in setup.split.validation) / sum(weights.values())
+    modules = len(setup.split.validation) / len(corpus)
     assert val and setup.split.train
-    assert f"validation: {', '.join(val)} ({share:.1%} of the baseline" in "\n".join(said)
+    assert (f"validation: {', '.join(val)} ({modules:.1%} of the modules and {share:.1%} of the "
+            f"baseline") in "\n".join(said)
     # the same bytes give the same split when a finished run is evaluated
     assert trainer.measured_split(config, corpus, executor, compiler, spec) == setup.split

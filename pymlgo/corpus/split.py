@@ -74,19 +74,27 @@ def _pick_packages(order: list[str], sizes: dict[str, int], target: float) -> li
     return chosen
 
 
-def _pick_weighted(order: list[str], weights: Mapping[str, float], target: float) -> list[str]:
-    """Packages (taken in `order`) whose weight comes closest to `target`, passing over any
-    that would overshoot it more than it helps (one heavy package must not become the whole
-    validation set just because it was drawn first); the package nearest the target if none
-    helps; never all of them."""
+def _pick_weighted(order: list[str], sizes: Mapping[str, int], weights: Mapping[str, float],
+                   fraction: float) -> list[str]:
+    """Packages (taken in `order`) whose share of the modules and share of the weight both
+    come near `fraction`: a package is taken when it lowers the sum of the two distances.
+    The weight alone would not do: where one package holds most of it, reaching the target
+    with the rest means taking nearly every small package and training on one or two. If
+    no package helps, the one that comes nearest; never all of them."""
+    n_total = sum(sizes[p] for p in order) or 1
+    w_total = sum(weights[p] for p in order) or 1.0
+
+    def distance(n: int, w: float) -> float:
+        return abs(n / n_total - fraction) + abs(w / w_total - fraction)
+
     chosen: list[str] = []
-    total = 0.0
+    n, w = 0, 0.0
     for pkg in order[:-1]:
-        if abs(total + weights[pkg] - target) < abs(total - target):
+        if distance(n + sizes[pkg], w + weights[pkg]) < distance(n, w):
             chosen.append(pkg)
-            total += weights[pkg]
-    if not chosen and target > 0 and len(order) > 1:
-        chosen = [min(order[:-1], key=lambda p: abs(weights[p] - target))]
+            n, w = n + sizes[pkg], w + weights[pkg]
+    if not chosen and fraction > 0 and len(order) > 1:
+        chosen = [min(order[:-1], key=lambda p: distance(sizes[p], weights[p]))]
     return chosen
 
 
@@ -106,8 +114,8 @@ def split_by_package(
     whole packages too. Training gets the rest; it never shares a package with held-out.
 
     `validation_weights` (package -> weight, e.g. its baseline cost; by package only): the
-    validation packages hold about `validation` of the remaining packages' total weight
-    instead of that fraction of the modules. A package missing from it weighs 0.
+    validation packages hold about `validation` of the remaining packages' total weight as
+    well as of their modules (`_pick_weighted`). A package missing from it weighs 0.
     """
     _check_fractions(validation, heldout)
     sizes: dict[str, int] = {}
@@ -145,7 +153,7 @@ def split_by_package(
             val_pkgs: set[str] = set()
         elif validation_weights is not None:
             weights = {p: float(validation_weights.get(p, 0.0)) for p in rest_pkgs}
-            val_pkgs = set(_pick_weighted(order, weights, validation * sum(weights.values())))
+            val_pkgs = set(_pick_weighted(order, sizes, weights, validation))
         else:
             val_pkgs = set(_pick_packages(order, sizes, validation * len(corpus.modules)))
         val = [n for n in rest if n.split("/", 1)[0] in val_pkgs]

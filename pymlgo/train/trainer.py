@@ -360,9 +360,10 @@ def prepare(
             raise TrainError("the split leaves no training modules")
         share = sum(baselines.get(m, 0.0) for m in split.validation) / max(
             sum(baselines.values()), 1e-300)
+        modules = len(split.validation) / len(names)
         packages = sorted({m.split("/", 1)[0] for m in split.validation})
-        say(f"validation: {', '.join(packages)} ({share:.1%} of the baseline "
-            f"{scoring.name}s outside held-out)")
+        say(f"validation: {', '.join(packages)} ({modules:.1%} of the modules and {share:.1%} "
+            f"of the baseline {scoring.name}s outside held-out)")
     try:
         made = training.setup(config, split, baselines, jobs, executor, spec, sources, say)
     except SourceError as exc:
