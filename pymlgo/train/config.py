@@ -74,9 +74,10 @@ class SplitConfig:
     heldout_packages: tuple[str, ...] | None = None
     validation_by: Literal["module", "package"] = "module"
     # validation_by = "package" only: what `validation` is a fraction of. "modules": the
-    # module count; "baseline": the baseline measure of the packages left after held-out
-    # (-Oz bytes for inlining, the stock advisor's cost for regalloc), where a few hot
-    # packages hold most of it and a draw by module count can validate on almost none.
+    # module count; "baseline": the module count and, as well, the baseline measure of the
+    # packages left after held-out (-Oz bytes for inlining, the stock advisor's cost for
+    # regalloc), where a few hot packages hold most of it and a draw by module count can
+    # validate on almost none (`corpus.split._pick_weighted`).
     validation_weight: Literal["modules", "baseline"] = "modules"
 
     def __post_init__(self) -> None:
