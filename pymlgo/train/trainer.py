@@ -288,9 +288,8 @@ def make_split(config: TrainConfig, corpus: Corpus,
             if baselines is None:
                 raise TrainError('split.validation_weight = "baseline" needs the baselines')
             weights = {}
-            for module, value in baselines.items():
-                package = module.split("/", 1)[0]
-                weights[package] = weights.get(package, 0.0) + value
+            for m in corpus.modules:
+                weights[m.package] = weights.get(m.package, 0.0) + baselines.get(m.name, 0.0)
         return split_by_package(corpus, seed=config.seed, validation=s.validation,
                                 heldout=s.heldout, heldout_packages=s.heldout_packages,
                                 validation_by=s.validation_by, validation_weights=weights)
