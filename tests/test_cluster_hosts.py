@@ -133,7 +133,9 @@ def test_a_lost_head_stops_the_run_with_a_clear_error_and_the_run_resumes(cluste
     out = rh.driver_dir / "lose-head"
     trial = head_loss_trial(rh, corpus, config, out, ITERATIONS, error_timeout=180,
                             timeout=RUN_TIMEOUT_S)
-    assert trial["exit_code"] == 2, trial
-    assert "lost the Ray cluster" in trial["error"] and "resume" in trial["error"], trial
+    # the first run's log (Ray's warnings before the error): what the client met
+    log = (out.parent / f"{out.name}.log").read_text(errors="replace")[-4000:]
+    assert trial["exit_code"] == 2, (trial, log)
+    assert "lost the Ray cluster" in trial["error"] and "resume" in trial["error"], (trial, log)
     assert trial["resumed"], trial
     assert compare(Outcome.of(out), undisturbed)["identical_to_undisturbed"]

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -283,6 +284,46 @@ def test_module_bytes_are_put_in_the_object_store_once_across_runs(ray_ex, worke
     refs = dict(ray_ex._job_refs)
     list(ray_ex.run(spec_for("default"), worker_jobs))
     assert ray_ex._job_refs == refs and len(refs) == len(worker_jobs)
+
+
+# A second driver: two executors on one Ray Client connection, then the client dropped
+# from another thread, as Ray's object-release thread drops it once the head is gone
+# (that thread can do it at any moment, between two calls of the executor). Their actors
+# need not start: the module's `ray_ex` holds the cluster's CPUs.
+DROPPED_CLIENT_DRIVER = """
+import pickle, sys, threading
+import ray
+from pymlgo.workers import ExecutorError, make_executor
+
+address, jobs_file, spec_file = sys.argv[1:]
+jobs, spec = pickle.loads(open(jobs_file, "rb").read()), pickle.loads(open(spec_file, "rb").read())
+running, idle = make_executor(address, 1), make_executor(address, 1)
+dropper = threading.Thread(target=ray.util.disconnect)
+dropper.start()
+dropper.join()
+try:
+    list(running.run(spec, jobs))
+except ExecutorError as exc:
+    print("run:", exc)
+idle.close()
+running.close()
+print("closed")
+"""
+
+
+def test_a_dropped_ray_client_is_a_lost_cluster_and_closing_after_it_raises_nothing(
+        ray_cluster, worker_jobs, tmp_path):
+    address, _ = ray_cluster
+    jobs, spec = tmp_path / "jobs.pkl", tmp_path / "spec.pkl"
+    jobs.write_bytes(pickle.dumps([job.loaded() for job in worker_jobs[:2]]))
+    spec.write_bytes(pickle.dumps(spec_for("default")))
+    driver = subprocess.run(
+        [sys.executable, "-c", DROPPED_CLIENT_DRIVER, address, str(jobs), str(spec)],
+        capture_output=True, text=True, timeout=HEAD_START_TIMEOUT_S, check=False)
+    assert driver.returncode == 0, driver.stderr[-3000:]
+    ran, closed = driver.stdout.splitlines()[-2:]
+    assert ran.startswith(f"run: lost the Ray cluster at {address}") and "resume" in ran
+    assert closed == "closed"
 
 
 if __name__ == "__main__":  # pragma: no cover

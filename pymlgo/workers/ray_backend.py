@@ -197,6 +197,13 @@ def ship_code_env() -> dict[str, Any]:
     return {"py_modules": [str(Path(pymlgo.__file__).parent)]}
 
 
+def _client_connected() -> bool:
+    """Whether this process is attached to a cluster through Ray Client, and still is."""
+    from ray.util.client import ray as client
+
+    return bool(client.is_connected())
+
+
 def lost_cluster_message(address: str, exc: BaseException) -> str:
     """One line: the cause's first line (gRPC errors run over many lines, which would push
     the advice out of sight) and what to do."""
@@ -296,6 +303,7 @@ class RayExecutor(ExecutorBase):
                                         logging_level=logging.WARNING),
                        ray.shutdown, address)
             self._owns_ray = True
+        self._through_client = _client_connected()  # else Ray runs in this process
         cpus = self._cluster_cpus()
         n = num_workers or cpus
         if not 1 <= n <= cpus:
@@ -329,9 +337,25 @@ class RayExecutor(ExecutorBase):
         actor = self._actor_cls.remote()
         return _Slot(actor, actor.where.remote())
 
+    def _client_dropped(self) -> bool:
+        """Attached through Ray Client, and the client has dropped. Ray's own background
+        thread that releases objects can be what drops it, at any moment once the head is
+        gone; from then on every ray.* call is the non-client API, which rejects the
+        client's handles and may even start a Ray of its own on this machine (so neither
+        its errors nor `ray.is_initialized()` tell what happened)."""
+        return self._through_client and not _client_connected()
+
+    def _check_client(self) -> None:
+        if self._client_dropped():
+            raise ConnectionError("the Ray Client has dropped its connection")
+
+    def _kill(self, actor: Any) -> None:
+        self._check_client()
+        self._ray.kill(actor, no_restart=True)
+
     def _replace(self, slot: _Slot) -> None:
         """Kill the slot's actor (it may be compiling) and start a fresh one in its place."""
-        self._ray.kill(slot.actor, no_restart=True)
+        self._kill(slot.actor)
         fresh = self._new_slot()
         slot.actor, slot.where_ref, slot.specs, slot.busy, slot.host = (
             fresh.actor, fresh.where_ref, set(), None, None)
@@ -418,13 +442,26 @@ class RayExecutor(ExecutorBase):
         try:
             yield from self._schedule(spec, jobs, cut)
         except Exception as exc:
-            # Ray Client: the head (or the way to it) is gone. Besides ConnectionError, a call
-            # made after the client dropped fails with whatever the non-client API says
-            # (seen: ray.kill() of a ClientActorHandle), so a disconnected client decides.
-            if not isinstance(exc, ConnectionError) and self._ray.is_initialized():
+            if not self._cluster_gone(exc):
                 raise
             self._lost = True
             raise ExecutorError(lost_cluster_message(self.address, exc)) from exc
+
+    def _cluster_gone(self, exc: Exception) -> bool:
+        """Whether `exc` comes of losing the cluster. Through Ray Client, a lost head shows
+        as a ConnectionError, or as whatever the call that met it raises: a gRPC error, the
+        non-client API's error once the client has dropped, a failure of the actors. So
+        unless the client has dropped already, the cluster is asked once more: Ray Client
+        retries a call until its reconnect grace period ends, then drops."""
+        if isinstance(exc, ConnectionError) or self._client_dropped():
+            return True
+        if not self._through_client:
+            return False
+        try:
+            self._cluster_cpus()
+        except Exception:
+            return True
+        return self._client_dropped()
 
     def _schedule(
         self, spec: WorkSpec, jobs: list[CompileJob], cut: StragglerCut
@@ -443,6 +480,7 @@ class RayExecutor(ExecutorBase):
         idle_since = time.monotonic()
         try:
             while left:
+                self._check_client()
                 self._grow()
                 for slot in self._slots:
                     while slot.host is not None and slot.busy is None and queue:
@@ -532,9 +570,10 @@ class RayExecutor(ExecutorBase):
             # a cluster's hosts come and go: say where the work went
             print(self.summary(), file=sys.stderr)
         self._job_refs.clear()
-        with contextlib.suppress(ConnectionError):  # a lost cluster has nothing to stop
-            if not self._lost:
+        if not self._lost:
+            with contextlib.suppress(ConnectionError):  # a lost cluster has nothing to stop
                 for slot in self._slots:
-                    self._ray.kill(slot.actor, no_restart=True)
-            if self._owns_ray:
+                    self._kill(slot.actor)
+        if self._owns_ray:
+            with contextlib.suppress(ConnectionError):
                 self._ray.shutdown()
