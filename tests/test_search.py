@@ -12,6 +12,7 @@ import pytest
 
 from pymlgo.evaluate.search import (
     SUMMARY_FILE,
+    Move,
     ReplayPolicy,
     SearchDirError,
     SearchReport,
@@ -23,6 +24,7 @@ from pymlgo.evaluate.search import (
 from pymlgo.evaluate.trace import module_log_path, read_trace_log
 from pymlgo.policy.store import load_policy
 from pymlgo.problems.base import CompileJob, ModuleResult, Trajectory
+from pymlgo.problems.inlining.problem import INLINING
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.workers import make_executor
 from pymlgo.workers.protocol import Executor, WorkSpec
@@ -255,10 +257,15 @@ def test_call_sites_of_one_callee_form_one_move_largest_group_first() -> None:
     traj = _callee_trajectory([a, b, a, c, b, a, (7, 0, 0, 1)])
     # a callee with a single call site is no group; users (which drop) do not split one
     assert callee_groups(traj) == [(0, 2, 5), (1, 4)]
+    def answers(_: int, chosen: int) -> tuple[int, ...]:
+        return INLINING.search_answers({}, chosen)
+
     # a group inlines all its call sites, or none of them if all inline already
-    assert _flipped(bytes([0, 1, 1, 0]), (0, 2, 3)) == bytes([1, 1, 1, 1])
-    assert _flipped(bytes([1, 0, 1, 1]), (0, 2, 3)) == bytes([0, 0, 0, 0])
-    assert _flipped(bytes([1, 0, 1]), (1,)) == bytes([1, 1, 1])  # one position flips
+    assert _flipped(bytes([0, 1, 1, 0]), Move((0, 2, 3)), answers) == bytes([1, 1, 1, 1])
+    assert _flipped(bytes([1, 0, 1, 1]), Move((0, 2, 3)), answers) == bytes([0, 0, 0, 0])
+    # one position takes the problem's other answer; a call site has no second one
+    assert _flipped(bytes([1, 0, 1]), Move((1,)), answers) == bytes([1, 1, 1])
+    assert _flipped(bytes([1, 0, 1]), Move((1,), 1), answers) is None
 
 
 def test_callee_moves_are_deterministic_never_worse_and_not_mixed_with_single_flips(

@@ -1,14 +1,28 @@
-"""Per-module search for inlining decision sequences that give a smaller object.
+"""Per-module search for decision sequences better than a policy's, for any problem whose
+decisions are a choice among a few answers (`Problem.search_moves`).
 
-Start from a policy's decisions on each module, flip decisions one at a time, keep what
-shrinks the object. The result never exceeds the start: a flip is accepted only when its
-compile is strictly smaller than the best so far. The best trajectories are what an
-imitation-learning trainer clones, so `search` returns them as `Trajectory` objects.
+Start from a policy's decisions on each module, change decisions one at a time, keep what
+improves the problem's reward (`Problem.reward`: for inlining fewer bytes, for the eviction
+advisor a lower weighted spill/reload/copy cost). The result is never worse than the start:
+a move is accepted only when its compile's reward is strictly higher than the best so far.
+The best trajectories are what an imitation-learning trainer clones, so `search` returns
+them as `Trajectory` objects.
+
+What a move is (`Problem.search_answers`, `Problem.decision_weights`)
+    One decision takes another answer: the problem lists a decision's other answers, most
+    promising first, and the search tries `answers` of them at most (a call site has one:
+    inline or not; an eviction has the other evictable registers, evicting nothing first,
+    then the lightest interference). Where the problem weighs decisions (regalloc: the cost
+    of the function each one was made in; the allocator works one function at a time), the
+    heaviest are tried first and those at weight 0 never (a function that costs nothing
+    cannot get cheaper).
 
 How a decision sequence is compiled (replay by index)
-    A candidate is a table of advice, one byte (0/1) per decision: the compile's i-th
-    inlining decision gets the table's i-th entry; decisions past the table's end get the
-    starting policy's answer. LLVM asks about call sites in the order its inliner meets
+    A candidate is a table of advice, one byte per decision (0/1 for a call site, a
+    register column for an eviction): the compile's i-th decision gets the table's i-th
+    entry; decisions past the table's end get the starting policy's answer. The rest of
+    this paragraph is about the inliner; the allocator's decisions likewise depend on the
+    ones before them in a function. LLVM asks about call sites in the order its inliner meets
     them, and inlining a call site puts the callee's own call sites on the work list, so
     flipping decision i can change which call sites come after it: the table's later
     entries then answer other call sites than the ones they were recorded for. That is
@@ -20,11 +34,12 @@ How a decision sequence is compiled (replay by index)
 The search: greedy passes, a batch of flips per round, the best of the batch accepted
     One round compiles up to `batch` flips of every module still searching, all modules'
     candidates in one executor batch (a `ReplayPolicy` holds every candidate's table). Per
-    module the smallest candidate that beats the best is accepted (ties: the earlier one in
-    the flip order). Other flips of the round that also beat the best are tried again
+    module the candidate with the highest reward that beats the best is accepted (ties: the
+    earlier one in the flip order). Other flips of the round that also beat the best are tried again
     first on top of the new best: they often touch other functions and add up. The flip
     order: least certain first when the policy gives probabilities (|logit| of the MLP on
-    the recorded features), otherwise a shuffle seeded by (seed, module, pass). After an
+    the recorded features), otherwise a shuffle seeded by (seed, module, pass); the
+    problem's decision weights, where it has them, come first (see above). After an
     accepted flip the order is recomputed on the new best's decisions (positions already
     tried in this pass are not tried again); once every position has been tried, a pass
     that accepted something starts another, one that did not ends the module's search
@@ -54,13 +69,15 @@ Budget and determinism
 
 Output directory (optional, resumable)
     `<module>.log` per searched module: the best trajectory as an LLVM training log, as
-    `mlgo trace` writes it (the compiler's features plus the decision as
-    `inlining_decision`; each observation followed by the reward 1 - best/-Oz bytes).
-    `search.json`: the settings and, per module, -Oz/start/best bytes, compiles and
-    decisions, plus totals. It is rewritten after every finished module, so an interrupted
-    run resumes where it stopped: modules already searched with the same settings and the
-    same input are skipped. A directory searched with other settings is refused (another
-    size metric above all: bytes of two metrics cannot be compared); `restart` discards it.
+    `mlgo trace` writes it (the compiler's features plus the decision as the problem's
+    `trace_advice`, e.g. `inlining_decision`; each observation followed by the problem's
+    reward of the best, for inlining 1 - best/-Oz bytes). `search.json`: the settings and,
+    per module, baseline/start/best bytes (and the problem's measures beyond bytes, e.g.
+    baseline_cost/start_cost/best_cost), compiles and decisions, plus totals. It is
+    rewritten after every finished module, so an interrupted run resumes where it stopped:
+    modules already searched with the same settings and the same input are skipped. A
+    directory searched with other settings is refused (another size metric above all: bytes
+    of two metrics cannot be compared); `restart` discards it.
 """
 
 from __future__ import annotations
@@ -70,6 +87,7 @@ import json
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any
@@ -80,11 +98,13 @@ from pymlgo.evaluate.baseline import baseline_results
 from pymlgo.evaluate.trace import (
     TraceRow,
     edits_json,
+    measured_extra,
     module_log_path,
     read_trace_log,
     trajectory_log_bytes,
 )
-from pymlgo.problems.base import CompileJob, Decide, ModuleResult, Policy, Trajectory
+from pymlgo.problems import registry
+from pymlgo.problems.base import CompileJob, Decide, ModuleResult, Policy, Problem, Trajectory
 from pymlgo.problems.inlining.policies import for_language, module_seed
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.files import write_atomic
@@ -95,6 +115,7 @@ SEARCH_FORMAT = "pymlgo-search"
 SEARCH_VERSION = 1
 SUMMARY_FILE = "search.json"
 DEFAULT_BATCH = 8
+DEFAULT_ANSWERS = 3  # other answers tried per decision, where a problem has more than one
 
 
 class SearchDirError(ValueError):
@@ -120,6 +141,11 @@ class ReplayPolicy:
     @property
     def required_features(self) -> tuple[str, ...]:
         return self.start.required_features
+
+    @property
+    def advisor(self) -> str | None:
+        """The start policy's register-allocation advisor, if it answers one."""
+        return getattr(self.start, "advisor", None)
 
     @property
     def ir2vec_vocab(self) -> Path | None:
@@ -148,32 +174,50 @@ class ReplayPolicy:
 
 
 def advice_bytes(traj: Trajectory) -> bytes:
-    """A recorded trajectory's decisions as a replay table (non-zero advice = inline)."""
-    return bytes(int(np.asarray(a).reshape(-1)[0] != 0) for a in traj.advice)
+    """A recorded trajectory's decisions as a replay table, one byte each (an inlining
+    decision is 0 or 1, an eviction a register column below 33)."""
+    values = [int(np.asarray(a).reshape(-1)[0]) for a in traj.advice]
+    if any(not 0 <= v < 256 for v in values):
+        raise ValueError("a recorded decision is not a small non-negative integer: not "
+                         "searchable by replay")
+    return bytes(values)
 
 
-Move = tuple[int, ...]  # decision positions: one to flip, or a callee's to set together
+@dataclass(frozen=True)
+class Move:
+    """One candidate's change to the best compile's recorded answers."""
+
+    positions: tuple[int, ...]  # one decision; or a callee's call sites, set together
+    answer: int = 0  # one decision: which of the problem's other answers (0: its first)
+
+
 MOVES = ("single", "callee")
 # The features that describe a callee and stay put while its callers are processed (its
 # users do not: they drop as its call sites are inlined).
 CALLEE_SIGNATURE = ("callee_basic_block_count", "callee_conditionally_executed_blocks",
                     "num_loops", "is_callee_avail_external")
+Answers = Callable[[int, int], tuple[int, ...]]  # (position, its answer) -> other answers
 
 
-def _flipped(advice: bytes, move: Move) -> bytes:
-    """The candidate that applies `move` and keeps every other recorded answer: a single
-    position flips; a group is set to inline, or to not inline if it all inlines already."""
+def _flipped(advice: bytes, move: Move, answers: Answers) -> bytes | None:
+    """The candidate that applies `move` and keeps every other recorded answer (None if the
+    decision has no such answer): one position takes its `move.answer`-th other answer; a
+    group is set to inline, or to not inline if it all inlines already."""
     table = bytearray(advice)
-    if len(move) == 1:
-        table[move[0]] ^= 1
+    if len(move.positions) == 1:
+        position = move.positions[0]
+        others = answers(position, table[position])
+        if move.answer >= len(others):
+            return None
+        table[position] = others[move.answer]
     else:
-        target = 0 if all(table[p] for p in move) else 1
-        for p in move:
+        target = 0 if all(table[p] for p in move.positions) else 1
+        for p in move.positions:
             table[p] = target
     return bytes(table)
 
 
-def callee_groups(traj: Trajectory) -> list[Move]:
+def callee_groups(traj: Trajectory) -> list[tuple[int, ...]]:
     """Positions of the call sites of each (apparent) callee with two or more of them,
     largest group first, then by first position."""
     n = len(traj)
@@ -191,10 +235,16 @@ def callee_groups(traj: Trajectory) -> list[Move]:
 # --- which decision to flip next -----------------------------------------------------------
 
 
-def flip_order(policy: Policy, traj: Trajectory, seed: int) -> list[int]:
-    """Decision positions, least certain first if `policy` has logits (the MLP), else a
-    shuffle seeded by `seed`."""
+def flip_order(policy: Policy, traj: Trajectory, seed: int,
+               weights: np.ndarray | None = None) -> list[int]:
+    """Decision positions: with the problem's `weights` (`Problem.decision_weights`), those
+    above 0, heaviest first (equal ones in a shuffle seeded by `seed`); else least certain
+    first if `policy` has logits (the MLP), else a shuffle seeded by `seed`."""
     n = len(traj)
+    if weights is not None:
+        order = [i for i in range(n) if weights[i] > 0]
+        random.Random(seed).shuffle(order)
+        return sorted(order, key=lambda i: -weights[i])  # stable: the shuffle breaks ties
     logits = getattr(policy, "decision_logits", None)
     if callable(logits) and n:
         certainty = np.abs(np.asarray(logits(traj.features, n), dtype=np.float64).reshape(n))
@@ -209,41 +259,68 @@ def flip_order(policy: Policy, traj: Trajectory, seed: int) -> list[int]:
 
 @dataclass(frozen=True)
 class ModuleSearch:
-    """Where one module's search ended: sizes in the run's metric, and the best compile."""
+    """Where one module's search ended: sizes in the run's metric, the problem's measures
+    beyond bytes (`Problem.measures`, by key; none for inlining), and the best compile.
+    The best is the start or better by the problem's reward: for inlining the fewest bytes,
+    for regalloc the lowest cost (whatever its bytes)."""
 
     module: str
-    baseline_bytes: int | None  # plain -Oz
+    baseline_bytes: int | None  # the problem's baseline (plain -Oz; the stock advisor)
     start_bytes: int | None  # the starting policy
-    best_bytes: int | None  # never above start_bytes
+    best_bytes: int | None  # the best compile
     compiles: int  # policy compiles used, the starting one included
     decisions: int  # decisions of the best compile
     accepted: int = 0  # flips accepted on the way
     error: str | None = None
     trajectory: Trajectory | None = field(default=None, repr=False, compare=False)
+    baseline_extra: Mapping[str, float] = field(default_factory=dict)
+    start_extra: Mapping[str, float] = field(default_factory=dict)
+    best_extra: Mapping[str, float] = field(default_factory=dict)
 
-    @property
-    def reward(self) -> float | None:
-        """1 - best/-Oz bytes, as a trace log's outcome (None if unknown)."""
+    def reward_of(self, problem: Problem) -> float | None:
+        """The problem's reward of the best compile, as a trace log's outcome (None if
+        unknown)."""
         return TraceRow(self.module, self.baseline_bytes, self.best_bytes, self.decisions,
-                        self.error).reward
+                        self.error, self.baseline_extra, self.best_extra).reward_of(problem)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, problem: Problem) -> dict[str, Any]:
+        measures = {f"{side}_{m.field}": extra.get(m.key)
+                    for m in problem.measures
+                    for side, extra in (("baseline", self.baseline_extra),
+                                        ("start", self.start_extra),
+                                        ("best", self.best_extra))}
         return {"baseline_bytes": self.baseline_bytes, "start_bytes": self.start_bytes,
                 "best_bytes": self.best_bytes, "compiles": self.compiles,
-                "decisions": self.decisions, "accepted": self.accepted, "error": self.error}
+                "decisions": self.decisions, "accepted": self.accepted, "error": self.error,
+                **measures}
+
+    @classmethod
+    def from_json(cls, module: str, record: Mapping[str, Any], problem: Problem,
+                  trajectory: Trajectory | None = None) -> ModuleSearch:
+        def extra(side: str) -> dict[str, float]:
+            return {m.key: float(record[f"{side}_{m.field}"]) for m in problem.measures
+                    if record.get(f"{side}_{m.field}") is not None}
+
+        return cls(module, record["baseline_bytes"], record["start_bytes"],
+                   record["best_bytes"], record["compiles"], record["decisions"],
+                   record.get("accepted", 0), record.get("error"), trajectory,
+                   extra("baseline"), extra("start"), extra("best"))
 
 
 class _Searcher:
     """The state of one module's search between rounds."""
 
-    def __init__(self, job: CompileJob, policy: Policy, baseline: int, budget: int, seed: int,
-                 batch: int, moves: str = "single") -> None:
-        self.job, self.policy, self.baseline = job, policy, baseline
+    def __init__(self, job: CompileJob, problem: Problem, policy: Policy,
+                 baseline: ModuleResult, budget: int, seed: int, batch: int,
+                 moves: str = "single", answers: int = 1) -> None:
+        self.job, self.problem, self.policy, self.baseline = job, problem, policy, baseline
         self.budget, self.seed, self.batch, self.moves = budget, seed, batch, moves
+        self.answers = answers
         self.used = 0
         self.accepted = 0
         self.start: ModuleResult | None = None
         self.best: ModuleResult | None = None
+        self.best_score = 0.0
         self.advice = b""
         self.queue: list[Move] = []  # moves to try next, in order
         self.tried: set[Move] = set()  # moves tried in this pass
@@ -256,14 +333,34 @@ class _Searcher:
     def module(self) -> str:
         return self.job.module
 
+    def score(self, res: ModuleResult) -> float | None:
+        """The problem's reward of a compile (higher is better); None if it has none."""
+        if not res.ok or res.size is None:
+            return None
+        try:
+            return self.problem.reward(self.baseline, res)
+        except (KeyError, ValueError, ZeroDivisionError):
+            return None
+
+    def beats_best(self, res: ModuleResult) -> bool:
+        score = self.score(res)
+        return self.best is None or (score is not None and score > self.best_score)
+
+    def _answers(self, position: int, chosen: int) -> tuple[int, ...]:
+        """The problem's other answers at `position` of the best compile, `answers` at
+        most."""
+        assert self.best is not None and self.best.trajectory is not None
+        row = {k: v[position] for k, v in self.best.trajectory.features.items()}
+        return self.problem.search_answers(row, chosen)[:self.answers]
+
     def propose(self) -> list[tuple[Move, bytes]]:
         """This round's candidates as (move, table); the empty move is the start compile."""
         if self.done:
             return []
         if self.best is None:
-            return [((), b"")]
+            return [(Move(()), b"")]
         room = min(self.batch, self.budget - self.used)
-        picked: list[Move] = []
+        picked: list[tuple[Move, bytes]] = []
         while len(picked) < room:
             if not self.queue:
                 # A new pass only starts with a fresh round: within one round it could
@@ -273,37 +370,42 @@ class _Searcher:
                 self._new_pass()
                 continue
             move = self.queue.pop(0)
-            if max(move) < len(self.advice) and move not in self.tried:
-                picked.append(move)
-        if not picked:  # budget spent, or no single flip improved the last pass
+            if max(move.positions) >= len(self.advice) or move in self.tried:
+                continue
+            table = _flipped(self.advice, move, self._answers)
+            if table is not None:  # the decision has that many other answers
+                picked.append((move, table))
+        if not picked:  # budget spent, or no single move improved the last pass
             self.done = True
-        self.tried.update(picked)
-        return [(p, _flipped(self.advice, p)) for p in picked]
+        self.tried.update(m for m, _ in picked)
+        return picked
 
     def absorb(self, results: Sequence[tuple[Move, ModuleResult]]) -> None:
         """This round's results, in proposal order."""
         self.used += len(results)
         if self.best is None:
             (_, res), = results
-            if not res.ok or res.size is None or res.trajectory is None:
-                self.error = f"start: {res.error or 'no trajectory recorded'}"
+            score = self.score(res)
+            if score is None or res.trajectory is None:
+                why = res.error or ("no trajectory recorded" if res.ok else "no measure")
+                self.error = f"start: {why}"
                 self.done = True
                 return
             self.start = self.best = res
+            self.best_score = score
             self.advice = advice_bytes(res.trajectory)
             self._reorder(carried=[])
         else:
-            current = self.best.size
-            assert current is not None
-            better = [(res.size, rank, position, res)
-                      for rank, (position, res) in enumerate(results)
-                      if res.ok and res.size is not None and res.size < current
-                      and res.trajectory is not None]
+            better = [(-score, rank, move, res)
+                      for rank, (move, res) in enumerate(results)
+                      if res.trajectory is not None and (score := self.score(res)) is not None
+                      and score > self.best_score]
             if better:
                 better.sort(key=lambda b: (b[0], b[1]))
-                _, _, _, res = better[0]
+                neg_score, _, _, res = better[0]
                 assert res.trajectory is not None
-                self.best, self.advice = res, advice_bytes(res.trajectory)
+                self.best, self.best_score = res, -neg_score
+                self.advice = advice_bytes(res.trajectory)
                 self.accepted += 1
                 self.accepted_in_pass = True
                 # the round's other improvements, retried first on top of the new best
@@ -319,13 +421,15 @@ class _Searcher:
     def _reorder(self, carried: list[Move]) -> None:
         assert self.best is not None and self.best.trajectory is not None
         traj = self.best.trajectory
-        singles = [(p,) for p in flip_order(self.policy, traj, self._order_seed())]
+        positions = flip_order(self.policy, traj, self._order_seed(),
+                               self.problem.decision_weights(self.best))
+        singles = [Move((p,), k) for p in positions for k in range(self.answers)]
         order = singles
         if self.moves == "callee":
-            groups = callee_groups(traj)
+            groups = [Move(g) for g in callee_groups(traj)]
             order = [m for pair in zip_longest(groups, singles) for m in pair if m is not None]
         rest = [m for m in order if m not in self.tried and m not in carried]
-        self.queue = [m for m in carried if max(m) < len(self.advice)] + rest
+        self.queue = [m for m in carried if max(m.positions) < len(self.advice)] + rest
 
     def _new_pass(self) -> None:
         self.passes += 1
@@ -334,13 +438,16 @@ class _Searcher:
         self._reorder(carried=[])
 
     def outcome(self) -> ModuleSearch:
+        measured = partial(measured_extra, self.problem)
         if self.error is not None or self.best is None or self.start is None:
-            return ModuleSearch(self.module, self.baseline, None, None, self.used, 0,
-                                error=self.error or "not searched")
-        return ModuleSearch(self.module, self.baseline, self.start.size, self.best.size,
+            return ModuleSearch(self.module, self.baseline.size, None, None, self.used, 0,
+                                error=self.error or "not searched",
+                                baseline_extra=measured(self.baseline))
+        return ModuleSearch(self.module, self.baseline.size, self.start.size, self.best.size,
                             self.used, self.best.decisions, self.accepted,
-                            trajectory=self.best.trajectory)
-
+                            trajectory=self.best.trajectory,
+                            baseline_extra=measured(self.baseline),
+                            start_extra=measured(self.start), best_extra=measured(self.best))
 
 # --- the corpus: rounds over every module still searching ----------------------------------
 
@@ -351,6 +458,7 @@ class SearchReport:
 
     settings: Mapping[str, Any]
     modules: tuple[ModuleSearch, ...]
+    problem: Problem = registry.DEFAULT
 
     @property
     def ok_modules(self) -> tuple[ModuleSearch, ...]:
@@ -375,14 +483,28 @@ class SearchReport:
             "change": best / base - 1.0 if base else 0.0,
             "compiles": sum(m.compiles for m in self.modules),
             "decisions": sum(m.decisions for m in ok),
+            **self._measure_totals(ok),
         }
+
+    def _measure_totals(self, ok: Sequence[ModuleSearch]) -> dict[str, float]:
+        """Per measure beyond bytes: its baseline, start and best sums, and the best's
+        change (for regalloc `best_cost` and `cost_change`: what the search is after)."""
+        out: dict[str, float] = {}
+        for m in self.problem.measures:
+            base = sum(r.baseline_extra.get(m.key, 0.0) for r in ok)
+            best = sum(r.best_extra.get(m.key, 0.0) for r in ok)
+            out[f"baseline_{m.field}"] = base
+            out[f"start_{m.field}"] = sum(r.start_extra.get(m.key, 0.0) for r in ok)
+            out[f"best_{m.field}"] = best
+            out[f"{m.field}_change"] = best / base - 1.0 if base else 0.0
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format": SEARCH_FORMAT,
             "version": SEARCH_VERSION,
             "settings": dict(self.settings),
-            "modules": {m.module: m.to_json() for m in self.modules},
+            "modules": {m.module: m.to_json(self.problem) for m in self.modules},
             "total": self.totals(),
         }
 
@@ -405,6 +527,7 @@ def search(
     settings: Mapping[str, Any] | None = None,
     on_progress: Progress | None = None,
     moves: str = "single",
+    answers: int = DEFAULT_ANSWERS,
 ) -> SearchReport:
     """Search every module of `jobs` from `policy`'s decisions (see the module docstring).
 
@@ -413,18 +536,28 @@ def search(
     policy spec as the user wrote it). With `output_dir`, logs and `search.json` are
     written as modules finish, and modules already there with the same settings and input
     are taken from it (their trajectories read back from the logs). A module whose
-    baseline or start compile fails gets `error` and is not searched.
+    baseline or start compile fails gets `error` and is not searched. `spec.problem` says
+    what is searched (its moves, its other answers at a decision, `answers` of them at most,
+    and its reward decides what is better).
     """
     if budget < 1:
         raise ValueError(f"budget must be >= 1 compile per module, got {budget}")
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
-    if moves not in MOVES:
-        raise ValueError(f"moves must be one of {', '.join(MOVES)}, got {moves!r}")
+    if answers < 1:
+        raise ValueError(f"answers must be >= 1 per decision, got {answers}")
+    base = spec if spec is not None else WorkSpec()
+    problem = base.problem
+    if not problem.search_moves:
+        raise ValueError(f"problem {problem.name!r} cannot be searched: its decisions are "
+                         "not a choice among a few answers")
+    if moves not in problem.search_moves:
+        raise ValueError(f"moves must be one of {', '.join(problem.search_moves)} for "
+                         f"problem {problem.name!r}, got {moves!r}")
+    problem.check_trace_policy(policy)  # the start's decisions must be recorded
     names = [job.module for job in jobs]
     if len(set(names)) != len(names):
         raise ValueError("duplicate module names in the job list")
-    base = spec if spec is not None else WorkSpec()
     metric = check_metric(base.size_metric)  # sizes, baselines and the summary all use it
     recorded = {
         **dict(settings or {}),
@@ -433,8 +566,10 @@ def search(
         "edits": edits_json(base.edits), "problem": base.problem.name,
         # only when not the default, so searches made before moves existed still resume
         **({"moves": moves} if moves != "single" else {}),
+        **({"answers": answers} if answers != DEFAULT_ANSWERS else {}),
     }  # fmt: skip
-    store = _Store(Path(output_dir), recorded, restart) if output_dir is not None else None
+    store = (_Store(Path(output_dir), recorded, restart, problem) if output_dir is not None
+             else None)
     if store is not None:
         for name in names:
             module_log_path(store.root, name)  # refuse unusable names before compiling
@@ -473,7 +608,8 @@ def search(
             finish(ModuleSearch(job.module, None, None, None, 0, 0, error=f"baseline: {why}"),
                    budget)
         else:
-            searchers.append(_Searcher(job, policy, b.size, budget, seed, batch, moves))
+            searchers.append(_Searcher(job, problem, policy, b, budget, seed, batch, moves,
+                                       answers))
 
     round_no = 0
     while searchers:
@@ -494,12 +630,11 @@ def search(
                 cand_jobs.append(dataclasses.replace(s.job, module=name))
         round_spec = dataclasses.replace(base, policy=ReplayPolicy(policy, tables), record=True)
         got: dict[str, dict[int, ModuleResult]] = {s.module: {} for s in searchers}
-        best_now = {s.module: s.best.size if s.best is not None else None for s in searchers}
+        by_module = {s.module: s for s in searchers}
         for res in executor.run(round_spec, cand_jobs):
             module, k = slots[res.module]
             res = dataclasses.replace(res, module=module)
-            current = best_now[module]
-            if current is not None and (res.size is None or res.size >= current):
+            if not by_module[module].beats_best(res):
                 # only a compile that beats the best can need its trajectory: a round
                 # holds one result per candidate of the whole corpus
                 res = dataclasses.replace(res, trajectory=None)
@@ -514,7 +649,7 @@ def search(
         searchers = [s for s in searchers if not s.done]
         round_no += 1
 
-    report = SearchReport(recorded, tuple(finished[n] for n in sorted(finished)))
+    report = SearchReport(recorded, tuple(finished[n] for n in sorted(finished)), problem)
     if store is not None:
         store.complete()
     return report
@@ -526,8 +661,9 @@ def search(
 class _Store:
     """`search.json` and one log per module, updated as modules finish."""
 
-    def __init__(self, root: Path, settings: Mapping[str, Any], restart: bool) -> None:
-        self.root = root
+    def __init__(self, root: Path, settings: Mapping[str, Any], restart: bool,
+                 problem: Problem) -> None:
+        self.root, self.problem = root, problem
         self.settings = json.loads(json.dumps(settings))  # as it reads back from the file
         self.records: dict[str, dict[str, Any]] = {}
         if root.exists() and not root.is_dir():
@@ -585,9 +721,7 @@ class _Store:
         if not log.is_file():
             return None
         _, traj, _ = read_trace_log(log)
-        return ModuleSearch(module, rec["baseline_bytes"], rec["start_bytes"],
-                            rec["best_bytes"], rec["compiles"], rec["decisions"],
-                            rec.get("accepted", 0), None, traj)
+        return ModuleSearch.from_json(module, rec, self.problem, traj)
 
     def save(self, outcome: ModuleSearch, digest: str) -> None:
         """Write the module's log (the best trajectory), then its record."""
@@ -595,15 +729,16 @@ class _Store:
         error = outcome.error
         if error is None:
             assert outcome.trajectory is not None
-            reward = outcome.reward
+            reward = outcome.reward_of(self.problem)
             if reward is None:
-                error = (f"-Oz has no bytes but the best has {outcome.best_bytes}: "
-                         "no relative reward")
+                error = (f"{self.problem.baseline_label} has no bytes but the best has "
+                         f"{outcome.best_bytes}: no relative reward")
             else:
-                write_atomic(log, trajectory_log_bytes(outcome.trajectory, reward))
+                write_atomic(log, trajectory_log_bytes(outcome.trajectory, reward,
+                                                       self.problem.trace_advice))
         if error is not None:
             log.unlink(missing_ok=True)
-        self.records[outcome.module] = {**outcome.to_json(), "error": error,
+        self.records[outcome.module] = {**outcome.to_json(self.problem), "error": error,
                                         "input_sha256": digest}
         self._write(complete=False)
 
@@ -611,10 +746,9 @@ class _Store:
         self._write(complete=True)
 
     def _write(self, *, complete: bool) -> None:
-        mods = [ModuleSearch(m, r["baseline_bytes"], r["start_bytes"], r["best_bytes"],
-                             r["compiles"], r["decisions"], r.get("accepted", 0), r["error"])
+        mods = [ModuleSearch.from_json(m, r, self.problem)
                 for m, r in sorted(self.records.items())]
-        doc = SearchReport(self.settings, tuple(mods)).to_json()
+        doc = SearchReport(self.settings, tuple(mods), self.problem).to_json()
         for m, r in doc["modules"].items():
             r["input_sha256"] = self.records[m]["input_sha256"]
         doc["complete"] = complete

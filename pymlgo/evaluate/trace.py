@@ -459,7 +459,7 @@ def _keep_only_logs(root: Path, modules: set[str]) -> None:
             d.rmdir()  # only empty ones go
 
 
-def _measured(problem: Problem, res: ModuleResult | None) -> dict[str, float]:
+def measured_extra(problem: Problem, res: ModuleResult | None) -> dict[str, float]:
     """The problem's measures beyond bytes that `res` has."""
     if res is None or not res.ok:
         return {}
@@ -484,7 +484,7 @@ def _record(root: Path, res: ModuleResult, base: ModuleResult | None,
             f"baseline has no code but the policy's has {res.size} bytes: no relative reward"
         )
     row = TraceRow(res.module, base_bytes, res.size, res.decisions, "; ".join(errors) or None,
-                   _measured(problem, base), _measured(problem, res))
+                   measured_extra(problem, base), measured_extra(problem, res))
     reward = row.reward_of(problem)
     if row.error is None and reward is None:
         row = replace(row, error=f"no {problem.name} reward: the baseline or policy compile "

@@ -236,6 +236,26 @@ class Problem(Protocol):
         """What of a baseline result's `extra` the baseline cache keeps."""
         ...
 
+    @property
+    def search_moves(self) -> tuple[str, ...]:
+        """The moves `mlgo search` can make on this problem's decisions (`single`: one
+        decision at a time; `callee`: an inlined callee's call sites together); none if its
+        advice is not a choice among a few answers (a float)."""
+        ...
+
+    def search_answers(self, features: Mapping[str, np.ndarray], chosen: int
+                       ) -> tuple[int, ...]:
+        """The answers other than `chosen` that a search tries at one recorded decision
+        (its features), the most promising first."""
+        ...
+
+    def decision_weights(self, result: ModuleResult) -> np.ndarray | None:
+        """How much each decision of `result`'s trajectory can change the measure, so that a
+        search tries the heavy ones first and skips those at 0 (say, the cost of the
+        function it was made in: a function that costs 0 cannot get cheaper); None if all
+        can matter alike."""
+        ...
+
     def reward(self, baseline: ModuleResult, result: ModuleResult) -> float:
         """The per-module reward of `result` against `baseline` (higher is better)."""
         ...

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from pymlgo.problems.base import (
     CompileJob,
     CompileSettings,
@@ -58,6 +60,7 @@ class InliningProblem:
     trace_advice: TensorSpec = TensorSpec("inlining_decision", "int64_t", (1,))
     always_asks: bool = True  # a header and a context even without a call site
     trace_policy: str = "default"  # clang's heuristic through the channel: behaviour cloning
+    search_moves: tuple[str, ...] = ("single", "callee")
 
     def compile(self, compiler: Compiler, job: CompileJob, policy: Policy | None,
                 settings: CompileSettings) -> ModuleResult:
@@ -71,6 +74,13 @@ class InliningProblem:
 
     def cache_extra(self, result: ModuleResult) -> Mapping[str, float]:
         return {}  # estimates depend on the estimator, which the cache key does not hold
+
+    def search_answers(self, features: Mapping[str, np.ndarray], chosen: int
+                       ) -> tuple[int, ...]:
+        return (0,) if chosen else (1,)  # a call site is inlined or not
+
+    def decision_weights(self, result: ModuleResult) -> np.ndarray | None:
+        return None  # any call site can change the object's bytes
 
     def reward(self, baseline: ModuleResult, result: ModuleResult) -> float:
         """MLGO's 1 - size/baseline; a module without code (0 bytes) is no change."""

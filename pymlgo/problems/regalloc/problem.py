@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from pymlgo.problems.base import (
     CompileJob,
     CompileSettings,
@@ -26,15 +28,22 @@ from pymlgo.problems.base import (
     Policy,
     problem_by_name,
 )
-from pymlgo.problems.regalloc.advice import EVICT_ADVICE, PRIORITY_ADVICE, Advisor
+from pymlgo.problems.regalloc.advice import (
+    EVICT_ADVICE,
+    MASK_FEATURE,
+    PRIORITY_ADVICE,
+    Advisor,
+)
 from pymlgo.problems.regalloc.compile import (
     CORRECTED_KEY,
     COST_KEY,
     advisor_of,
     compile_baseline,
     compile_with_policy,
+    function_costs,
     is_stock,
 )
+from pymlgo.problems.regalloc.policies import heuristic_weights
 from pymlgo.problems.regalloc.reward import relative_change
 from pymlgo.protocol.tensor_spec import TensorSpec
 from pymlgo.toolchain.compiler import Compiler
@@ -104,6 +113,31 @@ class RegallocProblem:
 
     def cache_extra(self, result: ModuleResult) -> Mapping[str, float]:
         return dict(result.extra)  # every remark figure: training reads per-function costs
+
+    @property
+    def search_moves(self) -> tuple[str, ...]:
+        return ("single",) if self.advisor == "evict" else ()  # a priority is a float
+
+    def search_answers(self, features: Mapping[str, np.ndarray], chosen: int
+                       ) -> tuple[int, ...]:
+        """The other evictable columns: evicting nothing (the candidate's own column: it
+        splits or spills instead) first, then the lightest interference first, where the
+        stock rule's gains were found (stop 46's search: a heavy candidate in a hot block
+        that should not evict, and light interference worth evicting)."""
+        mask = np.asarray(features[MASK_FEATURE]).reshape(-1)
+        weight = heuristic_weights(features)
+        candidate = mask.size - 1
+        others = [int(c) for c in np.flatnonzero(mask == 1) if c != chosen]
+        return tuple(sorted(others, key=lambda c: (c != candidate, weight[c], c)))
+
+    def decision_weights(self, result: ModuleResult) -> np.ndarray | None:
+        """The cost of each decision's function: the allocator works one function at a
+        time, so a decision changes its own function's cost only."""
+        if result.trajectory is None:
+            return None
+        costs = function_costs(result)
+        return np.array([costs.get(fn, 0.0) for fn in result.trajectory.contexts],
+                        dtype=np.float64)
 
     def reward(self, baseline: ModuleResult, result: ModuleResult) -> float:
         """-(cost - stock cost) / max(stock cost, floor): positive when cheaper."""
