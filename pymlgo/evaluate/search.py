@@ -35,10 +35,10 @@ The search: greedy passes, a batch of flips per round, the best of the batch acc
     One round compiles up to `batch` flips of every module still searching, all modules'
     candidates in one executor batch (a `ReplayPolicy` holds every candidate's table). Per
     module the candidate with the highest reward that beats the best is accepted (ties: the
-    earlier one in the flip order). Other flips of the round that also beat the best are tried again
-    first on top of the new best: they often touch other functions and add up. The flip
-    order: least certain first when the policy gives probabilities (|logit| of the MLP on
-    the recorded features), otherwise a shuffle seeded by (seed, module, pass); the
+    earlier one in the flip order). Other flips of the round that also beat the best are
+    tried again first on top of the new best: they often touch other functions and add up.
+    The flip order: least certain first when the policy gives probabilities (|logit| of the
+    MLP on the recorded features), otherwise a shuffle seeded by (seed, module, pass); the
     problem's decision weights, where it has them, come first (see above). After an
     accepted flip the order is recomputed on the new best's decisions (positions already
     tried in this pass are not tried again); once every position has been tried, a pass
@@ -387,7 +387,8 @@ class _Searcher:
             (_, res), = results
             score = self.score(res)
             if score is None or res.trajectory is None:
-                why = res.error or ("no trajectory recorded" if res.ok else "no measure")
+                why = res.error or ("no measure" if score is None else
+                                    "no trajectory recorded (the compiler sent no header)")
                 self.error = f"start: {why}"
                 self.done = True
                 return
