@@ -53,12 +53,14 @@ def register(sub: argparse._SubParsersAction) -> None:
             "nothing first, then the lightest interference), and decisions are tried in the "
             "costliest functions first (the allocator works one function at a time, so a "
             "function that costs 0 is never searched).",
-            "The result is never larger than POLICY's own compile, and does not depend on "
+            "The result is never worse than POLICY's own compile, and does not depend on "
             "the number of workers. OUTPUT_DIR gets <module>.log per module (the best "
-            "decisions as an LLVM training log, as `mlgo trace` writes them: features, "
-            "'inlining_decision', reward 1 - best/-Oz bytes) and search.json (settings; per "
-            "module -Oz, start and best bytes, compiles, decisions; totals). Rerun the same "
-            "command to resume: modules already searched with the same settings are skipped."
+            "decisions as an LLVM training log, as `mlgo trace` writes them: features, the "
+            "decision ('inlining_decision', 'index_to_evict'), the reward: 1 - best/-Oz "
+            "bytes, or the cost's relative saving vs stock) and search.json (settings; per "
+            "module baseline, start and best bytes, and costs for regalloc-evict; compiles, "
+            "decisions; totals). Rerun the same command to resume: modules already searched "
+            "with the same settings are skipped."
         ),
     )
     common.add_corpus_arg(p)
