@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -128,16 +128,22 @@ def dir_bytes(root: Path) -> dict[str, bytes]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def searched(compiler: Compiler, jobs: list[CompileJob], tmp_path_factory: pytest.TempPathFactory
-             ) -> tuple[SearchReport, Path, Path]:
-    """The same search twice, on one worker and on two, into two directories."""
-    root = tmp_path_factory.mktemp("search-out")
+def on_one_and_two_workers(search_into: Callable[[Executor, Path], SearchReport], root: Path
+                           ) -> tuple[SearchReport, Path, Path]:
+    """The same search on one worker and on two, into root/w1 and root/w2; the first
+    report."""
     reports = []
     for workers in (1, 2):
         with make_executor(None, workers) as executor:
-            reports.append(run_search(executor, compiler, jobs, root / f"w{workers}"))
+            reports.append(search_into(executor, root / f"w{workers}"))
     return reports[0], root / "w1", root / "w2"
+
+
+@pytest.fixture(scope="module")
+def searched(compiler: Compiler, jobs: list[CompileJob], tmp_path_factory: pytest.TempPathFactory
+             ) -> tuple[SearchReport, Path, Path]:
+    return on_one_and_two_workers(lambda ex, out: run_search(ex, compiler, jobs, out),
+                                  tmp_path_factory.mktemp("search-out"))
 
 
 def test_the_search_is_deterministic_whatever_the_number_of_workers(searched) -> None:

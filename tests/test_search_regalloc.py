@@ -18,10 +18,9 @@ from pymlgo.problems.base import CompileJob, Trajectory
 from pymlgo.problems.regalloc.advice import MASK_FEATURE
 from pymlgo.problems.regalloc.compile import COST_KEY
 from pymlgo.toolchain.compiler import Compiler
-from pymlgo.workers import make_executor
 from pymlgo.workers.protocol import WorkSpec
 from pymlgo.workers.task import execute
-from tests.test_search import CountingExecutor, dir_bytes
+from tests.test_search import CountingExecutor, dir_bytes, on_one_and_two_workers
 from tests.test_trace_cli import write_corpus
 
 EVICT = registry.problem("regalloc-evict")
@@ -50,13 +49,8 @@ def run_search(executor, compiler: Compiler, jobs: list[CompileJob], out: Path |
 @pytest.fixture(scope="module")
 def searched(compiler: Compiler, jobs: list[CompileJob],
              tmp_path_factory: pytest.TempPathFactory):
-    """The same search on one worker and on two, into two directories."""
-    root = tmp_path_factory.mktemp("evict-search")
-    reports = []
-    for workers in (1, 2):
-        with make_executor(None, workers) as executor:
-            reports.append(run_search(executor, compiler, jobs, root / f"w{workers}"))
-    return reports[0], root / "w1", root / "w2"
+    return on_one_and_two_workers(lambda ex, out: run_search(ex, compiler, jobs, out),
+                                  tmp_path_factory.mktemp("evict-search"))
 
 
 def test_an_eviction_search_lowers_the_cost_never_above_its_start_whatever_the_workers(
