@@ -26,7 +26,7 @@ from pymlgo.problems.regalloc.compile import FUNCTION_PREFIX
 from pymlgo.problems.regalloc.policies import priority_from_log2, stage_size_score
 from pymlgo.train.regalloc import DEFAULT_HIDDEN
 from tests.test_train_algorithms import copy_demo_subset
-from tests.train_runs import MODULES, scalars, train_in_process
+from tests.train_runs import MODULES, policy_bytes, scalars, train_in_process
 
 REGALLOC = ("regalloc-evict", "regalloc-priority")
 ES = """
@@ -127,17 +127,70 @@ def test_a_saved_priority_policy_loads_with_the_same_bits_and_sampling_is_seeded
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["--algo", "dqn"], "trains with algo = 'es' or 'ppo' or 'bc'"),
+    (["--algo", "dqn"], "trains with algo = 'es' or 'ppo' or 'bc' or 'il'"),
+    (["--algo", "il", "--config", "MOVES"], "il.moves = 'callee'"),
     (["--algo", "es", "--warmstart", "bc"], "no bc warm start"),
     (["--algo", "ppo", "--partial-rewards", "ir2native"], "applies to problem 'inlining'"),
     (["--algo", "es", "--vocab", "v"], "applies to problem 'inlining'"),
 ])
 def test_what_eviction_cannot_train_with_is_refused(train_corpus, tmp_path, capsys, argv,
                                                    says):
+    moves = tmp_path / "moves.toml"  # a callee's call sites: an inlining move
+    moves.write_text('algo = "il"\n[il]\nmoves = "callee"\n')
+    argv = [str(moves) if a == "MOVES" else a for a in argv]
     rc = main(["train", "--problem", "regalloc", "--corpus", str(train_corpus), "--output_dir",
                str(tmp_path / "run"), *argv])
     assert rc == 2 and says in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_priorities_cannot_be_imitated_from_search(train_corpus, tmp_path, capsys):
+    rc = main(["train", "--problem", "regalloc-priority", "--algo", "il", "--corpus",
+               str(train_corpus), "--output_dir", str(tmp_path / "run")])
+    assert rc == 2 and "trains with algo = 'es' or 'ppo' or 'bc', not algo = 'il'" in (
+        capsys.readouterr().err)
+
+
+IL = """
+problem = "regalloc-evict"
+algo = "il"
+seed = 4
+warmstart = ""
+[split]
+validation = 0.25
+heldout = 0.0
+[il]
+budget = 6
+search_batch = 3
+modules_per_iteration = 2
+epochs_per_iteration = 2
+batch_size = 32
+"""
+
+
+def test_il_clones_searched_evictions_and_a_resumed_run_ends_with_the_same_bytes(
+        train_corpus, tmp_path):
+    config = tmp_path / "il.toml"
+    config.write_text(IL)
+    train_in_process(train_corpus, config, tmp_path / "run", "--no-tensorboard",
+                     "--iterations", "2")
+    rows = scalars(tmp_path / "run")
+    for row in rows[1:]:
+        # search starts from the policy and never ends above it; the cost is its measure
+        assert row["il/search_change"] <= row["il/start_change"]
+        assert row["cost_change/train"] == row["il/start_change"]
+        assert row["il/search_compiles"] > 2 and row["il/dataset_decisions"] > 0
+        assert np.isfinite(row["il/loss"]) and row["failures"] == 0
+    final = load_saved_policy(tmp_path / "run" / "final")
+    assert isinstance(final, EvictionPolicy) and final.hyperparameters["algo"] == "il"
+    # stopped after iteration 1 and resumed: the bytes of the uninterrupted run
+    train_in_process(train_corpus, config, tmp_path / "stopped", "--no-tensorboard",
+                     "--iterations", "1")
+    resumed = train_in_process(train_corpus, config, tmp_path / "stopped", "--no-tensorboard",
+                               "--iterations", "2")
+    assert "resuming" in resumed
+    for name in ("final", "best"):
+        assert policy_bytes(tmp_path / "stopped" / name) == policy_bytes(tmp_path / "run" / name)
 
 
 def test_the_advantage_of_a_function_is_relative_to_its_other_samples():

@@ -255,6 +255,18 @@ def test_il_search_moves_are_saved_only_when_not_single_flips():
     assert to_dict(make_config(algo="il", il={"moves": "callee"}))["il"]["moves"] == "callee"
 
 
+def test_il_answers_are_saved_only_when_set_and_refused_where_a_decision_has_one_other():
+    from pymlgo.train.config import make_config, to_dict
+
+    assert "answers" not in to_dict(make_config(algo="il", il={"budget": 8}))["il"]
+    evict = make_config(algo="il", problem="regalloc-evict", warmstart="", il={"answers": 5})
+    assert to_dict(evict)["il"]["answers"] == 5
+    with pytest.raises(ConfigError, match="il.answers .*does nothing for inlining"):
+        make_config(algo="il", il={"answers": 5})
+    with pytest.raises(ConfigError, match="il.answers must be >= 1"):
+        make_config(algo="il", problem="regalloc-evict", warmstart="", il={"answers": 0})
+
+
 def test_a_difference_input_is_one_policy_key_checked_at_once_and_saved_only_when_set():
     cfg = make_config(algo="es", policy={"differences": ["threshold-cost_estimate"]})
     assert cfg.policy.differences == ("threshold-cost_estimate",)

@@ -14,7 +14,7 @@ validation decisions (the fraction of call sites where the policy agrees with cl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,8 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from pymlgo.policy.inlining import InliningPolicy
-from pymlgo.train.config import BCConfig
-from pymlgo.train.env import Demonstrations, TrainEnv
+from pymlgo.problems.base import Trajectory
+from pymlgo.train.config import BCConfig, ILConfig
+from pymlgo.train.env import Demonstrations, TrainEnv, feature_matrix
 from pymlgo.train.nets import MLP, tensor
 
 
@@ -206,3 +207,90 @@ class HeadCloning(_Cloning):
                 logp, _ = self.head.log_prob_entropy(self.net, self.val, idx)
                 scalars["bc/loss_validation"] = float(-logp.mean())
         return scalars
+
+
+class CallSiteImitator:
+    """`il`'s cloner for inlining (`hooks.Imitator`): binary cross-entropy on the call
+    sites of the best trajectories, labels their decisions (the same loss as `bc`)."""
+
+    def __init__(self, cfg: ILConfig, policy: InliningPolicy) -> None:
+        self.batch_size = cfg.batch_size
+        self.template = policy.greedy()
+        self.features = policy.vocab.raw_features
+        self.net = MLP.from_params(policy.params)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate,
+                                    weight_decay=cfg.weight_decay)
+
+    def policy(self) -> InliningPolicy:
+        return self.template.with_params(self.net.to_params())
+
+    def encode(self, trajectory: Trajectory) -> tuple[np.ndarray, np.ndarray]:
+        """Raw features (n, raw_width) in the vocab's column order and the (n,) 0/1
+        decisions."""
+        n = len(trajectory)
+        y = (np.asarray(trajectory.advice).reshape(n, -1)[:, 0] != 0).astype(np.float32)
+        return feature_matrix(self.features, trajectory.features, n), y
+
+    def fit(self, rows: Sequence[tuple[np.ndarray, ...]], epochs: int,
+            rng: np.random.Generator) -> dict[str, float]:
+        if rows:
+            raw = np.concatenate([r[0] for r in rows])
+            labels = np.concatenate([r[1] for r in rows])
+        else:
+            raw = np.zeros((0, self.template.vocab.raw_width))
+            labels = np.zeros(0, dtype=np.float32)
+        x, y = tensor(self.template.vocab.normalize(raw)), tensor(labels)
+        losses = (fit_epochs(self.net, self.opt, x, y, self.batch_size, epochs, rng)
+                  if len(y) else [])
+        return {"il/dataset_decisions": float(len(y)),
+                "il/loss": losses[-1] if losses else float("nan"),
+                "il/agreement": agreement(self.net, x, y)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "opt": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.opt.load_state_dict(state["opt"])
+
+
+class HeadImitator:
+    """`il`'s cloner through a problem's ppo head (`hooks.Imitator`; regalloc-evict: the
+    register evicted): the network is fit to maximize the likelihood the head gives the
+    best trajectories' decisions, as `HeadCloning` fits a trace's."""
+
+    def __init__(self, cfg: ILConfig, policy: Any, head: Any) -> None:
+        self.batch_size = cfg.batch_size
+        self.head = head
+        self.template = policy.greedy()
+        self.net = head.net(policy)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate,
+                                    weight_decay=cfg.weight_decay)
+
+    def policy(self) -> Any:
+        return self.head.policy(self.template, self.net)
+
+    def encode(self, trajectory: Trajectory) -> tuple[np.ndarray, ...]:
+        return tuple(self.head.demonstrations([trajectory], self.template))
+
+    def fit(self, rows: Sequence[tuple[np.ndarray, ...]], epochs: int,
+            rng: np.random.Generator) -> dict[str, float]:
+        empty = self.head.demonstrations([], self.template)
+        data = tuple(torch.from_numpy(np.ascontiguousarray(np.concatenate(
+            [r[k] for r in rows] or [empty[k]]))) for k in range(len(empty)))
+        n = len(data[0])
+
+        def nll(idx: torch.Tensor) -> torch.Tensor:
+            logp, _ = self.head.log_prob_entropy(self.net, data, idx)
+            return -logp.mean()
+
+        losses = minibatch_epochs(self.opt, n, self.batch_size, epochs, rng, nll) if n else []
+        return {"il/dataset_decisions": float(n),
+                "il/loss": losses[-1] if losses else float("nan")}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "opt": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.opt.load_state_dict(state["opt"])

@@ -264,14 +264,16 @@ class ILConfig:
     modules_per_iteration: int = 0  # training modules searched per iteration; 0: all
     search_batch: int = 8  # flips per module compiled together in one search round
     moves: Literal["single", "callee"] = "single"  # `mlgo search --moves`
+    answers: int = 3  # `mlgo search --answers`: other answers per decision (an eviction's)
     epochs_per_iteration: int = 4  # passes over the whole dataset after each search
     batch_size: int = 256
     learning_rate: float = 3e-3
     weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.budget < 1 or self.search_batch < 1 or self.epochs_per_iteration < 0:
-            raise ConfigError("il.budget and il.search_batch must be >= 1, "
+        if (self.budget < 1 or self.search_batch < 1 or self.answers < 1
+                or self.epochs_per_iteration < 0):
+            raise ConfigError("il.budget, il.search_batch and il.answers must be >= 1, "
                               "il.epochs_per_iteration >= 0")
         if self.modules_per_iteration < 0:
             raise ConfigError("il.modules_per_iteration must be >= 0 (0: every module)")
@@ -528,7 +530,7 @@ _TABLE_KEYS_OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
                   "validation_weight": "modules"},
     PolicyConfig: {"reads_default": False, "ir2vec_vocab": None, "differences": None,
                    "window": "", "languages": []},
-    ILConfig: {"moves": "single"},
+    ILConfig: {"moves": "single", "answers": 3},
     BCConfig: {"teacher": "default", "lr_anneal_epochs": 0}}
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Problem
+from pymlgo.problems.base import CompileJob, ModuleResult, Policy, Problem, Trajectory
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -101,6 +101,29 @@ class PPOHead(Protocol):
         ...
 
 
+class Imitator(Protocol):
+    """The cloner `il` fits to the best trajectories search finds (`il.py`)."""
+
+    def policy(self) -> Policy:
+        """The policy of the network as fitted so far (greedy)."""
+        ...
+
+    def encode(self, trajectory: Trajectory) -> tuple[np.ndarray, ...]:
+        """The rows `fit` learns from one trajectory (its decisions, as arrays)."""
+        ...
+
+    def fit(self, rows: Sequence[tuple[np.ndarray, ...]], epochs: int,
+            rng: np.random.Generator) -> dict[str, float]:
+        """`epochs` passes over every trajectory's `rows` together, minibatches shuffled by
+        `rng`; `il/loss`, `il/agreement` (greedy decisions vs the rows') and
+        `il/dataset_decisions`."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 class ProblemTraining(Protocol):
     """One problem's hooks for the trainer (see the module docstring)."""
 
@@ -163,6 +186,10 @@ class ProblemTraining(Protocol):
                           demos_validation: Any, initial: Any, seed: int) -> Any:
         """The `algo = "bc"` algorithm (imports torch), fitting `initial` to the setup's
         demonstrations."""
+        ...
+
+    def imitation(self, config: TrainConfig, initial: Any) -> Imitator:
+        """`algo = "il"`'s cloner (imports torch), starting from `initial`."""
         ...
 
 

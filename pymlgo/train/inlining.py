@@ -31,7 +31,13 @@ from pymlgo.problems.inlining.policies import (
 )
 from pymlgo.problems.inlining.problem import InliningOptions, ir2vec_vocab_of
 from pymlgo.toolchain.files import write_atomic
-from pymlgo.train.config import ALGORITHMS, DEFAULT_HIDDEN, ConfigError, TrainConfig
+from pymlgo.train.config import (
+    ALGORITHMS,
+    DEFAULT_HIDDEN,
+    ConfigError,
+    ILConfig,
+    TrainConfig,
+)
 from pymlgo.train.env import BYTES, Demonstrations, Episode, TrainEnv, inputs
 from pymlgo.train.hooks import (
     STREAM_INIT,
@@ -225,6 +231,9 @@ class InliningTraining:
                               "stock cost; inlining weighs by -Oz bytes: 'bytes'")
         check_teacher(config.bc.teacher)
         check_forced_decisions(config)
+        if config.il.answers != ILConfig().answers:
+            raise ConfigError("il.answers (other answers tried per decision) does nothing for "
+                              "inlining: a call site has one other answer. Leave it out")
 
     def load_sources(self, config: TrainConfig, corpus: Corpus, compiler: Compiler) -> Sources:
         return load_sources(config, corpus, compiler.version)
@@ -338,6 +347,11 @@ class InliningTraining:
         from pymlgo.train.bc import BehaviourCloning
 
         return BehaviourCloning(config.bc, initial, demos_train, demos_validation, seed)
+
+    def imitation(self, config: TrainConfig, initial: Any) -> Any:
+        from pymlgo.train.bc import CallSiteImitator
+
+        return CallSiteImitator(config.il, initial)
 
 
 def training(problem: Problem) -> InliningTraining:

@@ -90,11 +90,12 @@ class RegallocTraining:
     bc_warmstart = False
     scoring = CostScoring()
     keep_baseline_results = True  # ppo's per-function rewards need the stock costs
-    algorithms: tuple[str, ...] = ("es", "ppo", "bc")
-
     def __init__(self, problem: RegallocProblem) -> None:
         self.problem = problem
         self.default_hidden = DEFAULT_HIDDEN[problem.advisor]
+        # il clones what search finds, and only a choice among registers can be searched
+        self.algorithms: tuple[str, ...] = ("es", "ppo", "bc", *(
+            ("il",) if problem.search_moves else ()))
 
     def check(self, config: TrainConfig) -> None:
         name = self.problem.name
@@ -102,6 +103,10 @@ class RegallocTraining:
             trains = "algo = " + " or ".join(repr(a) for a in self.algorithms)
             raise ConfigError(f"problem {name!r} trains with {trains}, not algo = "
                               f"{config.algo!r}")
+        if config.algo == "il" and config.il.moves not in self.problem.search_moves:
+            moves = " or ".join(repr(m) for m in self.problem.search_moves)
+            raise ConfigError(f"il.moves = {config.il.moves!r}: problem {name!r} searches with "
+                              f"moves = {moves}")
         if config.warmstart == "bc" and config.algo != "bc":
             raise ConfigError(
                 f"problem {name!r} has no bc warm start (clang sends no decision of its own "
@@ -239,6 +244,11 @@ class RegallocTraining:
 
         return HeadCloning(config.bc, initial, demos_train, demos_validation, seed,
                            self.ppo_head())
+
+    def imitation(self, config: TrainConfig, initial: Any) -> Any:
+        from pymlgo.train.bc import HeadImitator
+
+        return HeadImitator(config.il, initial, self.ppo_head())
 
 
 def training(problem: Problem) -> RegallocTraining:

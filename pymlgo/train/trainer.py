@@ -407,7 +407,8 @@ def make_algorithm(config: TrainConfig, setup: Setup,
     if config.algo == "il":
         from pymlgo.train.il import ImitationLearning
 
-        return ImitationLearning(config.il, setup.initial, seed)
+        return ImitationLearning(config.il, _training(config).imitation(config, setup.initial),
+                                 seed)
     from pymlgo.train.dqn import DQN
 
     return DQN(config.dqn, setup.initial, seed, weighting=config.reward_weighting)
