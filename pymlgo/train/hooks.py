@@ -115,8 +115,8 @@ class Imitator(Protocol):
     def fit(self, rows: Sequence[tuple[np.ndarray, ...]], epochs: int,
             rng: np.random.Generator) -> dict[str, float]:
         """`epochs` passes over every trajectory's `rows` together, minibatches shuffled by
-        `rng`; `il/loss`, `il/agreement` (greedy decisions vs the rows') and
-        `il/dataset_decisions`."""
+        `rng`; `il/loss` and `il/dataset_decisions` (and where the decision is a yes or no,
+        `il/agreement`: greedy decisions vs the rows')."""
         ...
 
     def state_dict(self) -> dict[str, Any]: ...

@@ -90,6 +90,7 @@ class RegallocTraining:
     bc_warmstart = False
     scoring = CostScoring()
     keep_baseline_results = True  # ppo's per-function rewards need the stock costs
+
     def __init__(self, problem: RegallocProblem) -> None:
         self.problem = problem
         self.default_hidden = DEFAULT_HIDDEN[problem.advisor]
