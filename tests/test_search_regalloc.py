@@ -20,6 +20,7 @@ from pymlgo.problems.regalloc.compile import COST_KEY
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.workers.protocol import WorkSpec
 from pymlgo.workers.task import execute
+from tests.conftest import build_jobs
 from tests.test_search import CountingExecutor, dir_bytes, on_one_and_two_workers
 from tests.test_trace_cli import write_corpus
 
@@ -97,6 +98,21 @@ def test_a_rerun_resumes_without_compiling(searched, compiler: Compiler,
     again = run_search(counting, compiler, jobs, out)
     assert counting.compiles == 0 and again.modules == report.modules
     assert dir_bytes(out) == dir_bytes(one)
+
+
+def test_a_module_the_advisor_never_asks_about_is_searched_with_nothing_to_try(
+        compiler: Compiler, tmp_path: Path) -> None:
+    src = tmp_path / "tables.c"  # data only: no virtual register, no eviction advisor
+    src.write_text("const int squares[4] = {0, 1, 4, 9};\nconst char name[] = \"tables\";\n")
+    jobs = build_jobs(compiler, [src], tmp_path)
+    out = tmp_path / "out"
+    report = run_search(CountingExecutor(), compiler, jobs, out)
+    (found,) = report.modules
+    assert found.error is None and found.decisions == 0 and found.compiles == 1
+    assert found.trajectory is None and not module_log_path(out, found.module).exists()
+    counting = CountingExecutor()
+    assert run_search(counting, compiler, jobs, out).modules == report.modules
+    assert counting.compiles == 0  # resumed: nothing compiled again
 
 
 def test_what_cannot_be_searched_is_refused_before_compiling(compiler: Compiler,

@@ -386,7 +386,8 @@ class _Searcher:
         if self.best is None:
             (_, res), = results
             score = self.score(res)
-            if score is None or res.trajectory is None:
+            asked = res.trajectory is not None or self.problem.always_asks or res.decisions
+            if score is None or (res.trajectory is None and asked):
                 why = res.error or ("no measure" if score is None else
                                     "no trajectory recorded (the compiler sent no header)")
                 self.error = f"start: {why}"
@@ -394,6 +395,9 @@ class _Searcher:
                 return
             self.start = self.best = res
             self.best_score = score
+            if res.trajectory is None:  # the advisor never asked (no virtual registers)
+                self.done = True
+                return
             self.advice = advice_bytes(res.trajectory)
             self._reorder(carried=[])
         else:
@@ -720,7 +724,9 @@ class _Store:
             return None
         log = module_log_path(self.root, module)
         if not log.is_file():
-            return None
+            # a module the compiler asked nothing about has no log (as in a trace)
+            return (ModuleSearch.from_json(module, rec, self.problem)
+                    if rec.get("decisions") == 0 and not self.problem.always_asks else None)
         _, traj, _ = read_trace_log(log)
         return ModuleSearch.from_json(module, rec, self.problem, traj)
 
@@ -728,8 +734,7 @@ class _Store:
         """Write the module's log (the best trajectory), then its record."""
         log = module_log_path(self.root, outcome.module)
         error = outcome.error
-        if error is None:
-            assert outcome.trajectory is not None
+        if error is None and outcome.trajectory is not None:
             reward = outcome.reward_of(self.problem)
             if reward is None:
                 error = (f"{self.problem.baseline_label} has no bytes but the best has "
@@ -737,8 +742,8 @@ class _Store:
             else:
                 write_atomic(log, trajectory_log_bytes(outcome.trajectory, reward,
                                                        self.problem.trace_advice))
-        if error is not None:
-            log.unlink(missing_ok=True)
+        if error is not None or outcome.trajectory is None:
+            log.unlink(missing_ok=True)  # an earlier attempt's
         self.records[outcome.module] = {**outcome.to_json(self.problem), "error": error,
                                         "input_sha256": digest}
         self._write(complete=False)
