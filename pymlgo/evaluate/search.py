@@ -311,8 +311,8 @@ class _Searcher:
     """The state of one module's search between rounds."""
 
     def __init__(self, job: CompileJob, problem: Problem, policy: Policy,
-                 baseline: ModuleResult, budget: int, seed: int, batch: int,
-                 moves: str = "single", answers: int = 1) -> None:
+                 baseline: ModuleResult, budget: int, seed: int, batch: int, moves: str,
+                 answers: int) -> None:
         self.job, self.problem, self.policy, self.baseline = job, problem, policy, baseline
         self.budget, self.seed, self.batch, self.moves = budget, seed, batch, moves
         self.answers = answers

@@ -152,6 +152,22 @@ def fit_epochs(net: MLP, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.T
         lambda idx: F.binary_cross_entropy_with_logits(net(x[idx])[:, 0], y[idx]), schedule)
 
 
+def fit_head_epochs(head: Any, net: torch.nn.Module, opt: torch.optim.Optimizer,
+                    data: tuple[torch.Tensor, ...], batch_size: int, epochs: int,
+                    rng: np.random.Generator,
+                    schedule: torch.optim.lr_scheduler.LRScheduler | None = None
+                    ) -> list[float]:
+    """`epochs` passes of the negative log-likelihood a ppo head (`hooks.PPOHead`) gives the
+    recorded decisions `data` under `net`, in minibatches shuffled by `rng`; the mean loss
+    of each pass."""
+
+    def nll(idx: torch.Tensor) -> torch.Tensor:
+        logp, _ = head.log_prob_entropy(net, data, idx)
+        return -logp.mean()
+
+    return minibatch_epochs(opt, len(data[0]), batch_size, epochs, rng, nll, schedule)
+
+
 @torch.no_grad()
 def agreement(net: MLP, x: torch.Tensor, y: torch.Tensor) -> float:
     """Fraction of labels the greedy network matches (inline iff logit >= 0, as workers
@@ -191,13 +207,8 @@ class HeadCloning(_Cloning):
 
     def fit(self, epochs: int) -> dict[str, float]:
         n = len(self.train[0])
-
-        def nll(idx: torch.Tensor) -> torch.Tensor:
-            logp, _ = self.head.log_prob_entropy(self.net, self.train, idx)
-            return -logp.mean()
-
-        losses = minibatch_epochs(self.opt, n, self.cfg.batch_size, epochs, self.rng, nll,
-                                  self.schedule)
+        losses = fit_head_epochs(self.head, self.net, self.opt, self.train,
+                                 self.cfg.batch_size, epochs, self.rng, self.schedule)
         scalars = {"bc/loss": losses[-1] if losses else float("nan"),
                    "bc/loss_first_epoch": losses[0] if losses else float("nan"),
                    "bc/decisions": float(n)}
@@ -209,7 +220,22 @@ class HeadCloning(_Cloning):
         return scalars
 
 
-class CallSiteImitator:
+class _Imitating:
+    """What il's cloners keep in a checkpoint: the network and its optimizer (il itself
+    keeps the rng and the dataset)."""
+
+    net: torch.nn.Module
+    opt: torch.optim.Optimizer
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"net": self.net.state_dict(), "opt": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.opt.load_state_dict(state["opt"])
+
+
+class CallSiteImitator(_Imitating):
     """`il`'s cloner for inlining (`hooks.Imitator`): binary cross-entropy on the call
     sites of the best trajectories, labels their decisions (the same loss as `bc`)."""
 
@@ -246,15 +272,8 @@ class CallSiteImitator:
                 "il/loss": losses[-1] if losses else float("nan"),
                 "il/agreement": agreement(self.net, x, y)}
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"net": self.net.state_dict(), "opt": self.opt.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.opt.load_state_dict(state["opt"])
-
-
-class HeadImitator:
+class HeadImitator(_Imitating):
     """`il`'s cloner through a problem's ppo head (`hooks.Imitator`; regalloc-evict: the
     register evicted): the network is fit to maximize the likelihood the head gives the
     best trajectories' decisions, as `HeadCloning` fits a trace's."""
@@ -279,18 +298,7 @@ class HeadImitator:
         data = tuple(torch.from_numpy(np.ascontiguousarray(np.concatenate(
             [r[k] for r in rows] or [empty[k]]))) for k in range(len(empty)))
         n = len(data[0])
-
-        def nll(idx: torch.Tensor) -> torch.Tensor:
-            logp, _ = self.head.log_prob_entropy(self.net, data, idx)
-            return -logp.mean()
-
-        losses = minibatch_epochs(self.opt, n, self.batch_size, epochs, rng, nll) if n else []
+        losses = (fit_head_epochs(self.head, self.net, self.opt, data, self.batch_size,
+                                  epochs, rng) if n else [])
         return {"il/dataset_decisions": float(n),
                 "il/loss": losses[-1] if losses else float("nan")}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"net": self.net.state_dict(), "opt": self.opt.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.opt.load_state_dict(state["opt"])
