@@ -163,3 +163,28 @@ def test_search_command_on_the_eviction_advisor(jobs: list[CompileJob], tmp_path
     assert "from heuristic" in printed and "weighted spill/reload/copy cost: stock" in printed
     settings = json.loads((out / SUMMARY_FILE).read_text())["settings"]
     assert settings["answers"] == 1 and settings["policy_spec"] == "heuristic"
+
+
+def test_il_clones_best_trajectories_beside_one_without_a_real_choice(
+        jobs: list[CompileJob]) -> None:
+    """A searched module whose best compile made no real choice (no virtual register, or
+    one valid column each time) adds nothing to the eviction cloner's data; it used to
+    stop the run, its empty encoding having a placeholder column count."""
+    pytest.importorskip("torch")
+    from pymlgo.train.bc import HeadImitator
+    from pymlgo.train.config import ILConfig
+    from pymlgo.train.heads import EvictionHead
+
+    job = next(j for j in jobs if j.module == "minic/b64")
+    res = execute(WorkSpec(problem=EVICT, policy=load_spec("heuristic"), record=True), job)
+    assert res.ok and res.trajectory is not None and len(res.trajectory) > 0
+    traj = res.trajectory
+    none = Trajectory((), {k: v[:0] for k, v in traj.features.items()}, traj.advice[:0])
+    from pymlgo.policy.regalloc import initial_policy
+
+    imitator = HeadImitator(ILConfig(batch_size=8), initial_policy(0), EvictionHead())
+    real = imitator.encode(traj)
+    assert len(real[0]) > 0 and len(imitator.encode(none)[0]) == 0
+    rng = np.random.default_rng(0)
+    got = imitator.fit([imitator.encode(none), real, imitator.encode(none)], 1, rng)
+    assert got["il/dataset_decisions"] == len(real[0]) and np.isfinite(got["il/loss"])

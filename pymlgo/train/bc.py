@@ -295,6 +295,9 @@ class HeadImitator(_Imitating):
     def fit(self, rows: Sequence[tuple[np.ndarray, ...]], epochs: int,
             rng: np.random.Generator) -> dict[str, float]:
         empty = self.head.demonstrations([], self.template)
+        # a best trajectory with no real choice encodes as `empty`, whose column count is
+        # a placeholder: only rows with decisions are stacked
+        rows = [r for r in rows if len(r[0])]
         data = tuple(torch.from_numpy(np.ascontiguousarray(np.concatenate(
             [r[k] for r in rows] or [empty[k]]))) for k in range(len(empty)))
         n = len(data[0])
