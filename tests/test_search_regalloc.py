@@ -12,7 +12,7 @@ import pytest
 
 from pymlgo.evaluate.search import SUMMARY_FILE, ReplayPolicy, advice_bytes, flip_order, search
 from pymlgo.evaluate.trace import module_log_path, read_trace_log
-from pymlgo.policy.regalloc import load_spec
+from pymlgo.policy.regalloc import initial_policy, load_spec
 from pymlgo.problems import registry
 from pymlgo.problems.base import CompileJob, Trajectory
 from pymlgo.problems.regalloc.advice import MASK_FEATURE
@@ -180,8 +180,6 @@ def test_il_clones_best_trajectories_beside_one_without_a_real_choice(
     assert res.ok and res.trajectory is not None and len(res.trajectory) > 0
     traj = res.trajectory
     none = Trajectory((), {k: v[:0] for k, v in traj.features.items()}, traj.advice[:0])
-    from pymlgo.policy.regalloc import initial_policy
-
     imitator = HeadImitator(ILConfig(batch_size=8), initial_policy(0), EvictionHead())
     real = imitator.encode(traj)
     assert len(real[0]) > 0 and len(imitator.encode(none)[0]) == 0
