@@ -14,13 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from pymlgo.problems.base import CompileJob, CompileSettings, ModuleResult, Policy, Trajectory
-from pymlgo.problems.compile import Compiled, compile_module, trajectory
+from pymlgo.problems.compile import Advise, Compiled, Flags, compile_module, trajectory
 from pymlgo.problems.regalloc.advice import (
     MASK_FEATURE,
     Advisor,
     valid_eviction,
     valid_priority,
 )
+from pymlgo.problems.regalloc.optimized import CODEGEN_ONLY_FLAGS, codegen_job
 from pymlgo.problems.regalloc.remarks import (
     REMARK_PASS,
     RemarkFormatError,
@@ -118,9 +119,8 @@ def compile_baseline(compiler: Compiler, job: CompileJob,
     """-O2 with the stock advisors (no channel): the object's bytes and the remark costs
     every policy is compared with. `keep_object` copies the object there (to link
     programs)."""
-    return compile_module(compiler, job, settings, opt_level=OPT_LEVEL,
-                          flags=lambda tmp, _: remark_flags(remark_file(tmp)),
-                          measure=_measure(keep_object, None, lambda _: None, lambda: 0))
+    return _compile(compiler, job, settings, flags=lambda tmp, _: remark_flags(remark_file(tmp)),
+                    measure=_measure(keep_object, None, lambda _: None, lambda: 0))
 
 
 def compile_with_policy(compiler: Compiler, job: CompileJob, policy: Policy,
@@ -168,9 +168,26 @@ def compile_with_policy(compiler: Compiler, job: CompileJob, policy: Policy,
         assert base is not None  # a policy always answers on a channel
         return [*remark_flags(remark_file(tmp)), *channel_flags(advisor, base)]
 
-    return compile_module(compiler, job, settings, opt_level=OPT_LEVEL, flags=flags,
-                          measure=_measure(keep_object, keep_stderr, recorded, lambda: corrected),
-                          advise=advise, may_not_ask=True)
+    return _compile(compiler, job, settings, flags=flags,
+                    measure=_measure(keep_object, keep_stderr, recorded, lambda: corrected),
+                    advise=advise)
+
+
+def _compile(compiler: Compiler, job: CompileJob, settings: CompileSettings, *, flags: Flags,
+             measure: Callable[[Compiled], ModuleResult],
+             advise: Advise | None = None) -> ModuleResult:
+    """The one compile of both advisors: the code generator only, on the module's cached
+    middle-end output (`optimized.py`), unless the command cannot be split."""
+    codegen = codegen_job(compiler, job, OPT_LEVEL, settings)
+    if codegen is None:
+        return compile_module(compiler, job, settings, opt_level=OPT_LEVEL, flags=flags,
+                              measure=measure, advise=advise, may_not_ask=True)
+
+    def codegen_flags(tmp: Path, base: Path | None) -> list[str]:
+        return [*flags(tmp, base), *CODEGEN_ONLY_FLAGS]
+
+    return compile_module(compiler, codegen, settings, opt_level=OPT_LEVEL, flags=codegen_flags,
+                          measure=measure, advise=advise, may_not_ask=True)
 
 
 def _plan(header: Header, required: Sequence[str],
