@@ -35,6 +35,7 @@ CODEGEN_ONLY_FLAGS = ("-disable-llvm-passes",)
 # Bump when the middle-end step changes what it writes.
 RECIPE = "optimized-ir-1"
 _UNSPLITTABLE_PREFIXES = ("-flto", "-fthinlto-index")
+_BITCODE_MAGIC = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")  # raw, and in its wrapper header
 
 
 def codegen_job(compiler: Compiler, job: CompileJob, opt_level: str,
@@ -95,4 +96,6 @@ def _run_middle_end(compiler: Compiler, bitcode: bytes, argv: list[str],
         out = tmp / "optimized.bc"
         if res.returncode != 0 or not out.is_file():
             return None
-        return out.read_bytes()
+        data = out.read_bytes()
+        # a compiler that exits with 0 and leaves no bitcode gets the full compile, which says so
+        return data if data.startswith(_BITCODE_MAGIC) else None
