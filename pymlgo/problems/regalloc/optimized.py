@@ -4,11 +4,12 @@ allocation compile of it runs the code generator only.
 The advisors act in the code generator; the middle-end's output does not depend on them. So
 its IR is written once (`-emit-llvm-bc`) and every later compile reads it with
 `-disable-llvm-passes`, which skips the middle-end and keeps the whole code generator. That
-halves a compile (71 s -> 40 s over 40 corpus modules, stop 49). Two things keep the result
-the compile's own: `-emit-llvm-uselists` (without it the bitcode reader rebuilds use-lists in
-another order and code generation changes, e.g. 1,617 more bytes of brotli's
-backward_references), and the key, which covers the compiler, the bitcode and every flag of the
-middle-end step. The allocator's remarks and the allocated sections then equal a full compile's
+halves a compile (the 63 demo modules: 78.8 s in full, 44.6 s so;
+`benchmarks/regalloc_codegen_only.py`). Two things keep the result the compile's own:
+`-emit-llvm-uselists` (without it the bitcode reader rebuilds use-lists in another order and
+code generation changes, e.g. 1,617 more bytes of brotli's backward_references), and the key,
+which covers the compiler, the bitcode and every flag of the middle-end step. The
+allocator's remarks and the allocated sections then equal a full compile's
 (`tests/test_regalloc_optimized.py`); only non-allocated debug sections may differ.
 
 Commands this cannot split (no `-emit-obj`; LTO, whose bitcode output is another pipeline),
