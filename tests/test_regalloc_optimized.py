@@ -107,6 +107,8 @@ def test_lto_commands_and_failing_modules_compile_in_full(
     thin = CompileJob(job.module, job.bitcode, (*job.cmd, "-flto=thin"))
     assert not optimized.splittable(thin.cmd)
     assert optimized.codegen_job(compiler, thin, "-O2", cache_dir=tmp_path) is None
+    edited = CompileSettings(edits=FlagEdits(add=("-flto=thin",)))
+    assert optimized.codegen_job(compiler, job, "-O2", edited, cache_dir=tmp_path) is None
     broken = CompileJob("broken", b"BC\xc0\xde not really bitcode", job.cmd)
     assert optimized.codegen_job(compiler, broken, "-O2", cache_dir=tmp_path) is None
     assert not list(tmp_path.rglob("*.bc"))

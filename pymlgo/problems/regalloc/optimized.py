@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 from pymlgo.corpus.command import recompile_args
@@ -45,10 +46,13 @@ def codegen_job(compiler: Compiler, job: CompileJob, opt_level: str,
     """`job` with its bitcode replaced by its middle-end output at `opt_level` (from the
     cache, or made now and cached); compile it with `CODEGEN_ONLY_FLAGS`. None when the
     command cannot be split or the middle-end step fails: compile `job` in full then."""
-    if not splittable(job.cmd):
+    compile_args = recompile_args(job.cmd, input_bc="module.bc", output_obj="optimized.bc",
+                                  opt_level=opt_level, edits=settings.edits)
+    if not splittable(compile_args):  # as edited: an edit may add LTO
         return None
+    argv = [("-emit-llvm-bc" if a == "-emit-obj" else a) for a in compile_args]
+    argv.append("-emit-llvm-uselists")
     bitcode = job.bitcode
-    argv = _middle_end_args(job.cmd, "module.bc", "optimized.bc", opt_level, settings)
     key = _key(compiler, bitcode, argv)
     path = (cache_dir or cache_root() / CACHE_DIR) / key[:2] / f"{key}.bc"
     try:
@@ -63,17 +67,10 @@ def codegen_job(compiler: Compiler, job: CompileJob, opt_level: str,
     return CompileJob(job.module, optimized, job.cmd)
 
 
-def splittable(cmd: tuple[str, ...]) -> bool:
-    """Whether a recorded cc1 command emits an object without LTO: only then is
-    `-emit-llvm-bc` the same middle-end as the object's."""
+def splittable(cmd: Sequence[str]) -> bool:
+    """Whether a cc1 command emits an object without LTO: only then is `-emit-llvm-bc` the
+    same middle-end as the object's."""
     return "-emit-obj" in cmd and not any(a.startswith(_UNSPLITTABLE_PREFIXES) for a in cmd)
-
-
-def _middle_end_args(cmd: tuple[str, ...], input_bc: str, output_bc: str, opt_level: str,
-                     settings: CompileSettings) -> list[str]:
-    args = recompile_args(cmd, input_bc=input_bc, output_obj=output_bc, opt_level=opt_level,
-                          edits=settings.edits)
-    return [("-emit-llvm-bc" if a == "-emit-obj" else a) for a in args] + ["-emit-llvm-uselists"]
 
 
 def _key(compiler: Compiler, bitcode: bytes, argv: list[str]) -> str:
