@@ -37,8 +37,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-BITCODE_MAGIC = b"BC\xc0\xde"
-WRAPPER_MAGIC = b"\xde\xc0\x17\x0b"  # the bitcode wrapper header (0x0B17C0DE, little-endian)
+from pymlgo.toolchain.bitcode import is_bitcode
+
 AR_MAGIC, THIN_AR_MAGIC = b"!<arch>\n", b"!<thin>\n"
 FULL_LTO_FLAG = b"ThinLTO"
 # Options after which the driver compiles but does not link.
@@ -70,7 +70,7 @@ def is_link(args: Sequence[str]) -> bool:
 
 def bitcode_kind(data: bytes) -> str | None:
     """"thin" or "full" for a bitcode module's bytes, None for anything else."""
-    if not (data.startswith(BITCODE_MAGIC) or data.startswith(WRAPPER_MAGIC)):
+    if not is_bitcode(data):
         return None
     return "full" if FULL_LTO_FLAG in data else "thin"
 
@@ -118,8 +118,7 @@ def _file_kinds(path: Path) -> Iterator[str]:
     try:
         with open(path, "rb") as f:
             head = f.read(8)
-            if not (head.startswith((BITCODE_MAGIC, WRAPPER_MAGIC))
-                    or head in (AR_MAGIC, THIN_AR_MAGIC)):
+            if not (is_bitcode(head) or head in (AR_MAGIC, THIN_AR_MAGIC)):
                 return
             data = head + f.read()
     except OSError:

@@ -12,6 +12,8 @@ import struct
 
 RAW_MAGIC = b"BC\xc0\xde"
 WRAPPER_MAGIC = 0x0B17C0DE
+# How a bitcode file starts: raw, or in its wrapper header (the magic, little-endian).
+MAGICS = (RAW_MAGIC, WRAPPER_MAGIC.to_bytes(4, "little"))
 IDENTIFICATION_BLOCK_ID = 13
 _CHAR6 = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._"
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
@@ -22,6 +24,11 @@ _READ_ERRORS = ("error: Invalid ", "error: Incompatible epoch", "error: Unknown 
                 "error: Malformed", "error: Failed to ", "error: Unterminated",
                 "error: Corrupted", "error: Never resolved", "error: Expected a single module",
                 "Producer:")
+
+
+def is_bitcode(data: bytes) -> bool:
+    """Whether `data` starts as LLVM bitcode does (raw or wrapped)."""
+    return data.startswith(MAGICS)
 
 
 class _Bits:

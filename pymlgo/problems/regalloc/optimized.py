@@ -28,6 +28,7 @@ from pymlgo.corpus.command import recompile_args
 from pymlgo.corpus.demo import cache_root
 from pymlgo.problems.base import CompileJob, CompileSettings
 from pymlgo.toolchain import run
+from pymlgo.toolchain.bitcode import is_bitcode
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.files import write_atomic
 
@@ -37,7 +38,6 @@ CODEGEN_ONLY_FLAGS = ("-disable-llvm-passes",)
 # Bump when the middle-end step changes what it writes.
 RECIPE = "optimized-ir-1"
 _UNSPLITTABLE_PREFIXES = ("-flto", "-fthinlto-index")
-_BITCODE_MAGIC = (b"BC\xc0\xde", b"\xde\xc0\x17\x0b")  # raw, and in its wrapper header
 
 
 def codegen_job(compiler: Compiler, job: CompileJob, opt_level: str,
@@ -96,4 +96,4 @@ def _run_middle_end(compiler: Compiler, bitcode: bytes, argv: list[str],
             return None
         data = out.read_bytes()
         # a compiler that exits with 0 and leaves no bitcode gets the full compile, which says so
-        return data if data.startswith(_BITCODE_MAGIC) else None
+        return data if is_bitcode(data) else None
