@@ -27,7 +27,7 @@ def test_json_report_has_the_documented_schema(default_report):
     total = default_report["total"]
     assert set(total) == {"baseline_bytes", "policy_bytes", "change", "guarded_bytes",
                           "guarded_change", "by_group", "by_metric", "by_size_bucket",
-                          "calls_refused_after_size_stop"}
+                          "package_interval", "calls_refused_after_size_stop"}
     assert total["calls_refused_after_size_stop"] == 0  # clang 22 never stops on the demo
     assert set(total["by_group"]) == {"code", "rodata", "unwind", "eh_tables", "data"}
     assert set(total["by_metric"]) == {"allocated", "text", "llvm-size"}
@@ -77,6 +77,8 @@ def test_default_policy_equals_plain_oz_on_every_module(default_report):
     assert all(m["policy_bytes"] == m["baseline_bytes"] for m in modules)
     assert default_report["total"]["change"] == 0.0
     assert sum(m["decisions"] for m in modules) > 5000
+    # equal on every package, so equal in every resampling of the three packages
+    assert default_report["total"]["package_interval"] == {"bytes": [0.0, 0.0]}
 
 
 def test_never_and_always_give_different_totals(default_report, demo_corpus_dir, tmp_path):
@@ -88,8 +90,38 @@ def test_never_and_always_give_different_totals(default_report, demo_corpus_dir,
         report = json.loads(out.read_text())
         assert report["total"]["baseline_bytes"] == default_report["total"]["baseline_bytes"]
         totals[policy] = report["total"]["policy_bytes"]
+        # a resampled total is a weighted mean of package changes: between the extremes
+        changes = [p["change"] for p in package_changes(report["modules"]).values()]
+        lo, hi = report["total"]["package_interval"]["bytes"]
+        assert min(changes) <= lo < hi <= max(changes)
     base = default_report["total"]["baseline_bytes"]
     assert len({base, totals["never"], totals["always"]}) == 3
+
+
+def package_changes(modules: list[dict]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for m in modules:
+        p = out.setdefault(m["name"].split("/")[0], {"base": 0, "policy": 0})
+        p["base"] += m["baseline_bytes"]
+        p["policy"] += m["policy_bytes"]
+    for p in out.values():
+        p["change"] = p["policy"] / p["base"] - 1
+    return out
+
+
+def test_the_table_names_each_packages_change_and_share_and_the_bootstrap_interval():
+    rows = (ModuleRow("big/a", 9000, 8100, 1, None), ModuleRow("small/a", 500, 550, 1, None),
+            ModuleRow("tiny/a", 500, 500, 1, None))
+    report = EvalReport("inlining", "p", {"path": "clang", "version": "22"}, rows)
+    table = format_table(report)
+    assert "by package (bytes, share of the -Oz total): big -10.00% (90%), small +10.00% (5%)" \
+        ", tiny +0.00% (5%)" in table
+    assert "90% of resamplings of the 3 packages; big holds 90% of it" in table
+    lo, hi = report.to_json()["total"]["package_interval"]["bytes"]
+    assert -0.10 <= lo < report.change < hi <= 0.10
+    one = EvalReport("inlining", "p", {}, rows[:1])
+    assert "by package" not in format_table(one)  # one package: nothing to resample
+    assert one.to_json()["total"]["package_interval"] == {"bytes": None}
 
 
 def test_failed_module_is_reported_and_left_out_of_totals():

@@ -9,6 +9,7 @@ from typing import Any
 
 from pymlgo.corpus.format import Corpus
 from pymlgo.evaluate.baseline import baseline_results
+from pymlgo.evaluate.spread import largest_share, package_interval
 from pymlgo.problems.base import CompileJob, Measure, ModuleResult, Policy
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, METRIC_MEANING, ObjectSize, total
@@ -195,6 +196,22 @@ class EvalReport:
         """`measure_summary` per package (`_package_rows`)."""
         return {pkg: self.measure_summary(measure, ms) for pkg, ms in self._package_rows()}
 
+    def package_totals(self, measure: Measure | None = None) -> dict[str, tuple[float, float]]:
+        """(baseline, policy) sums per package: of `measure`, or of bytes when None."""
+        if measure is not None:
+            return {pkg: self.measure_totals(measure, ms) for pkg, ms in self._package_rows()}
+        return {pkg: (float(sum(m.baseline_bytes or 0 for m in ms)),
+                      float(sum(m.policy_bytes or 0 for m in ms)))
+                for pkg, ms in self._package_rows()}
+
+    def package_intervals(self) -> dict[str, list[float] | None]:
+        """`spread.package_interval` of the bytes and of each measure, by field name."""
+        out: dict[str, list[float] | None] = {}
+        for key, measure in [("bytes", None), *((m.field, m) for m in self.measures)]:
+            interval = package_interval(self.package_totals(measure))
+            out[key] = None if interval is None else list(interval)
+        return out
+
     def to_json(self) -> dict[str, Any]:
         total: dict[str, Any] = {
             "baseline_bytes": self.baseline_total,
@@ -205,6 +222,7 @@ class EvalReport:
             "by_group": self.by_group(),
             "by_metric": self.by_metric(),
             "by_size_bucket": self.by_bucket(),
+            "package_interval": self.package_intervals(),
         }
         for m in self.measures:
             summary = self.measure_summary(m)
@@ -347,4 +365,30 @@ def format_table(report: EvalReport) -> str:
     lines.append("by module size:   " + ", ".join(
         f"{k} ({t['modules']}) {t['change'] * 100:+.2f}%"
         for k, t in report.by_bucket().items() if t["modules"]))
+    for name, measure in [("bytes", None), *((m.field, m) for m in report.measures)]:
+        lines += _package_lines(report, name, measure)
     return "\n".join(lines)
+
+
+PACKAGES_SHOWN = 8
+
+
+def _package_lines(report: EvalReport, name: str, measure: Measure | None) -> list[str]:
+    """Per package the change of `name` (the largest packages first), and how far the
+    total's change rests on which packages are in the corpus (`spread`)."""
+    totals = report.package_totals(measure)
+    interval = package_interval(totals)
+    if interval is None:
+        return []
+    whole = sum(b for b, _ in totals.values())
+    ranked = sorted(totals, key=lambda k: (-totals[k][0], k))
+    shown = [f"{k} {_pct(totals[k][1] / totals[k][0] - 1.0 if totals[k][0] else None)} "
+             f"({totals[k][0] / whole:.0%})" for k in ranked[:PACKAGES_SHOWN]]
+    more = len(ranked) - PACKAGES_SHOWN
+    share = largest_share(totals)
+    lo, hi = interval
+    return [f"by package ({name}, share of the {report.baseline_label} total): "
+            + ", ".join(shown) + (f", {more} more" if more > 0 else ""),
+            f"package bootstrap: the total {name} change lies in {_pct(lo)} .. {_pct(hi)} "
+            f"in 90% of resamplings of the {len(totals)} packages"
+            + (f"; {share[0]} holds {share[1]:.0%} of it" if share else "")]
