@@ -137,6 +137,7 @@ def test_the_eviction_policy_regenerates_the_same_bytes_and_is_measured_by_spill
     measured = [numbers[part] for part in ("validation", "heldout") if numbers[part]["modules"]]
     assert measured and all("cost_change" in part and part["cost_by_package"]
                             for part in measured)
+    assert all(set(part["package_interval"]) == {"bytes", "cost"} for part in measured)
 
 
 def test_each_shipped_policy_has_its_pinned_config():

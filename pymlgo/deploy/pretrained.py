@@ -172,7 +172,8 @@ def evaluate_split(config_path: Path, corpus_spec: str, policy_dir: Path,
                          "by_bucket": rep.by_bucket(), "by_package": packages,
                          "worst_package": worst,
                          "worst_package_change": packages[worst]["change"] if worst else None,
-                         "largest_growth_of_a_big_module": rep.largest_big_growth()}
+                         "largest_growth_of_a_big_module": rep.largest_big_growth(),
+                         "package_interval": rep.package_intervals()}
             for m in rep.measures:
                 summary = rep.measure_summary(m)
                 out[name][m.field] = {k: summary[k] for k in ("baseline", "policy")}
