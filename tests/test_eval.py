@@ -116,7 +116,7 @@ def test_the_table_names_each_packages_change_and_share_and_the_bootstrap_interv
     table = format_table(report)
     assert "by package (bytes, share of the -Oz total): big -10.00% (90%), small +10.00% (5%)" \
         ", tiny +0.00% (5%)" in table
-    assert "90% of resamplings of the 3 packages; big holds 90% of it" in table
+    assert "in 90% of 2,000 resamplings of the 3 packages; big holds 90% of it" in table
     lo, hi = report.to_json()["total"]["package_interval"]["bytes"]
     assert -0.10 <= lo < report.change < hi <= 0.10
     one = EvalReport("inlining", "p", {}, rows[:1])

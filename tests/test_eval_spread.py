@@ -40,3 +40,9 @@ def test_no_interval_without_two_packages_or_a_baseline(totals):
 def test_a_draw_of_packages_without_baseline_is_left_out():
     lo, hi = package_interval({"zero": (0.0, 0.0), "a": (100.0, 80.0), "b": (100.0, 80.0)})
     assert lo == pytest.approx(-0.2) and hi == pytest.approx(-0.2)
+
+
+@pytest.mark.parametrize(("level", "draws"), [(0.0, 100), (1.0, 100), (0.9, 0)])
+def test_a_level_or_draw_count_out_of_range_is_an_error(level, draws):
+    with pytest.raises(ValueError, match="0 < level < 1"):
+        package_interval({"a": (1.0, 1.0), "b": (1.0, 2.0)}, level=level, draws=draws)

@@ -9,7 +9,7 @@ from typing import Any
 
 from pymlgo.corpus.format import Corpus
 from pymlgo.evaluate.baseline import baseline_results
-from pymlgo.evaluate.spread import largest_share, package_interval
+from pymlgo.evaluate.spread import DRAWS, LEVEL, largest_share, package_interval
 from pymlgo.problems.base import CompileJob, Measure, ModuleResult, Policy
 from pymlgo.toolchain.compiler import Compiler
 from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC, METRIC_MEANING, ObjectSize, total
@@ -200,9 +200,8 @@ class EvalReport:
         """(baseline, policy) sums per package: of `measure`, or of bytes when None."""
         if measure is not None:
             return {pkg: self.measure_totals(measure, ms) for pkg, ms in self._package_rows()}
-        return {pkg: (float(sum(m.baseline_bytes or 0 for m in ms)),
-                      float(sum(m.policy_bytes or 0 for m in ms)))
-                for pkg, ms in self._package_rows()}
+        return {pkg: (float(t["baseline_bytes"]), float(t["policy_bytes"]))
+                for pkg, t in self.by_package().items()}
 
     def package_intervals(self) -> dict[str, list[float] | None]:
         """`spread.package_interval` of the bytes and of each measure, by field name."""
@@ -390,5 +389,5 @@ def _package_lines(report: EvalReport, name: str, measure: Measure | None) -> li
     return [f"by package ({name}, share of the {report.baseline_label} total): "
             + ", ".join(shown) + (f", {more} more" if more > 0 else ""),
             f"package bootstrap: the total {name} change lies in {_pct(lo)} .. {_pct(hi)} "
-            f"in 90% of resamplings of the {len(totals)} packages"
+            f"in {LEVEL:.0%} of {DRAWS:,} resamplings of the {len(totals)} packages"
             + (f"; {share[0]} holds {share[1]:.0%} of it" if share else "")]

@@ -25,7 +25,9 @@ def package_interval(totals: Mapping[str, tuple[float, float]], *, draws: int = 
     over `draws` resamplings of the packages with replacement; `totals` maps a package to
     its (baseline, policy) sums. None with fewer than two packages (nothing to resample)
     or no baseline at all. Deterministic for a seed."""
-    if len(totals) < 2 or not 0.0 < level < 1.0 or draws < 1:
+    if not 0.0 < level < 1.0 or draws < 1:
+        raise ValueError(f"need 0 < level < 1 and draws >= 1, got {level} and {draws}")
+    if len(totals) < 2:
         return None
     names = sorted(totals)  # the draw order must not depend on the mapping's order
     base = np.array([float(totals[n][0]) for n in names])
@@ -36,6 +38,8 @@ def package_interval(totals: Mapping[str, tuple[float, float]], *, draws: int = 
     picks = rng.integers(0, len(names), size=(draws, len(names)))
     b, p = base[picks].sum(axis=1), pol[picks].sum(axis=1)
     kept = b > 0.0  # a draw of packages with no baseline at all has no change
+    if not kept.any():
+        return None
     change = p[kept] / b[kept] - 1.0
     tail = (1.0 - level) / 2.0
     lo, hi = np.quantile(change, [tail, 1.0 - tail])
