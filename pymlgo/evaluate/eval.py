@@ -203,10 +203,15 @@ class EvalReport:
         return {pkg: (float(t["baseline_bytes"]), float(t["policy_bytes"]))
                 for pkg, t in self.by_package().items()}
 
+    def figures(self) -> list[tuple[str, Measure | None]]:
+        """What the report totals, by name: the bytes (None), then each of the problem's
+        measures."""
+        return [("bytes", None), *((m.field, m) for m in self.measures)]
+
     def package_intervals(self) -> dict[str, list[float] | None]:
-        """`spread.package_interval` of the bytes and of each measure, by field name."""
+        """`spread.package_interval` of each of `figures`, by name."""
         out: dict[str, list[float] | None] = {}
-        for key, measure in [("bytes", None), *((m.field, m) for m in self.measures)]:
+        for key, measure in self.figures():
             interval = package_interval(self.package_totals(measure))
             out[key] = None if interval is None else list(interval)
         return out
@@ -364,7 +369,7 @@ def format_table(report: EvalReport) -> str:
     lines.append("by module size:   " + ", ".join(
         f"{k} ({t['modules']}) {t['change'] * 100:+.2f}%"
         for k, t in report.by_bucket().items() if t["modules"]))
-    for name, measure in [("bytes", None), *((m.field, m) for m in report.measures)]:
+    for name, measure in report.figures():
         lines += _package_lines(report, name, measure)
     return "\n".join(lines)
 
