@@ -159,19 +159,24 @@ def test_kill_9_at_random_points_loses_at_most_one_iteration_and_changes_no_byte
     run = trained(problem)
     baseline_line = f" baseline {training_of(registry.problem(problem)).scoring.name}s of "
     rng = random.Random(f"kill-9 {problem}")
+    # the delays are fractions of the uninterrupted run's own iterations: fixed seconds miss
+    # on a machine fast enough to finish the whole run within them
+    pace = [r["time/iteration_seconds"] for r in scalars(run.out)[1:]]  # iterations 1..N
     killed = resumed = 0
     for trial in range(KILL_TRIALS):
         out = tmp_path / f"trial{trial}"
         # an iteration to reach, then a delay: trial 0 waits for the output directory
-        # only, so the kill lands in the setup or the warm start; trial 1 kills as soon as
-        # an iteration is logged (its checkpoint being written); the others anywhere in an
-        # iteration
+        # only, so the kill lands in the setup, the warm start or an early iteration (the
+        # delay is below the run's iterations alone); trial 1 kills as soon as
+        # an iteration is logged (its checkpoint being written); the others anywhere in the
+        # iteration after the one reached
         if trial == 0:
-            after, delay = -1, rng.uniform(0.0, 3.0)
+            after, delay = -1, rng.uniform(0.0, 0.8) * sum(pace)
         elif trial == 1:
             after, delay = rng.randint(1, ITERATIONS - 1), 0.0
         else:
-            after, delay = rng.randint(0, ITERATIONS - 1), rng.uniform(0.0, 1.5)
+            after = rng.randint(0, ITERATIONS - 1)
+            delay = rng.uniform(0.0, 0.8) * pace[after]
         proc = subprocess.Popen(run.argv(out, "--no-tensorboard"), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 600
