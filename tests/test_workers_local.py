@@ -108,25 +108,26 @@ def test_a_worker_killed_during_an_evaluation_leaves_every_module_exactly_one_re
     undisturbed = evaluate(pool, compiler, worker_jobs, builtin_policy("default"))
     monkeypatch.setenv("MLGO_CACHE_DIR", str(tmp_path / "disturbed"))  # baselines compile too
     seen: Counter[str] = Counter()
-    results = [0]  # how many results so far, read by the killer thread
     killed: list[int] = []
+    baselines_in, evaluated = threading.Event(), threading.Event()
 
     def count(res) -> None:  # type: ignore[no-untyped-def]
         seen[res.module] += 1
-        results[0] += 1
+        if sum(seen.values()) == len(worker_jobs):
+            baselines_in.set()
 
     def kill_a_policy_compile() -> None:
         # From another thread: the pool hands out the next jobs only after the results in
         # hand are consumed, so at a result two workers in step may both be idle.
+        baselines_in.wait()
         while not killed and not evaluated.is_set():
             busy = pool.busy()
-            if results[0] >= len(worker_jobs) and busy:  # the baselines are all in
+            if busy:
                 pid = next(iter(busy))  # compiling, paused on the channel
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
             time.sleep(0.005)
 
-    evaluated = threading.Event()
     killer = threading.Thread(target=kill_a_policy_compile, daemon=True)
     killer.start()
     # every policy compile pauses 0.5 s on the channel: the kill lands mid-compile
@@ -134,6 +135,7 @@ def test_a_worker_killed_during_an_evaluation_leaves_every_module_exactly_one_re
                          SlowPolicy(builtin_policy("default"), 0.5),
                          on_result=count)
     evaluated.set()
+    baselines_in.set()  # a killer still waiting for baselines that never all came ends too
     killer.join()
     assert killed and killed[0] not in pool.worker_pids() and pool.stats()["retries"] >= 1
     # one baseline and one policy result per module: none lost, none twice
