@@ -9,11 +9,15 @@ twice changes those counts; one run again elsewhere does not).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
+import signal
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,16 +123,68 @@ def summary_of_text(text: str) -> dict[str, Any]:
     return {"compiles": int(total), "per_host": per_host, "run_again": int(again)}
 
 
-def compiling_on(rh: RayHosts, host: Host) -> bool:
-    """A compiler is running on `host` right now."""
+def compiler_pids(host: Host) -> list[int]:
+    """The compilers running on `host` right now."""
+    found = []
     for pid in host.pids():
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if b"-cc1" in f.read():
-                    return True
+                    found.append(pid)
         except OSError:
             continue
-    return False
+    return found
+
+
+def compiling_on(rh: RayHosts, host: Host) -> bool:
+    """A compiler is running on `host` right now."""
+    return bool(compiler_pids(host))
+
+
+def _signal(pids: Iterable[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+@contextlib.contextmanager
+def compiles_held(hosts: Sequence[Host], release_every: float = 10.0) -> Iterator[list[float]]:
+    """While inside, every compiler that starts on `hosts` is stopped (SIGSTOP), so a run on
+    the cluster cannot finish however fast the machine is: a host that joins meanwhile gets
+    the queued jobs. Every `release_every` s the held ones continue to their end (the last
+    jobs of a batch may all be held, with none queued for a newcomer); all do on exit.
+
+    Yields a list that holds, on exit, the seconds spent inside."""
+    stop = threading.Event()
+    held: set[int] = set()
+    seen: set[int] = set()
+    lock = threading.Lock()
+
+    def hold() -> None:
+        released = time.monotonic()
+        while not stop.wait(0.02):
+            with lock:
+                for host in hosts:
+                    fresh = [p for p in compiler_pids(host) if p not in seen]
+                    _signal(fresh, signal.SIGSTOP)
+                    seen.update(fresh)
+                    held.update(fresh)
+                if time.monotonic() - released > release_every:
+                    _signal(held, signal.SIGCONT)
+                    held.clear()
+                    released = time.monotonic()
+
+    seconds: list[float] = []
+    started = time.monotonic()
+    thread = threading.Thread(target=hold, name="compiles-held", daemon=True)
+    thread.start()
+    try:
+        yield seconds
+    finally:
+        stop.set()
+        thread.join()
+        _signal(held, signal.SIGCONT)
+        seconds.append(time.monotonic() - started)
 
 
 def wait_checkpoint(run_dir: Path, iteration: int) -> bool:
@@ -147,8 +203,13 @@ def worker_loss_trial(rh: RayHosts, corpus: Path, config: Path, out: Path, itera
     (mid-iteration). The run must finish.
 
     The join comes first and is waited for: joined after the loss (stop 37), the new host's
-    actor was sometimes still starting when a short run ended, and it got no job."""
+    actor was sometimes still starting when a short run ended, and it got no job. The
+    compiles of the other hosts are held while the joiner starts (`compiles_held`): a fast
+    machine finished the whole run in 8 s, before a new host's node was up (stop 53). The
+    victim's compile is held from the moment it is seen until the host is lost, so the run
+    cannot end in between."""
     log = out.parent / f"{out.name}.log"
+    others = list(rh.workers.values())
     proc = rh.spawn_mlgo(train_args(corpus, config, out, iterations, rh.address), log)
     deadline = time.monotonic() + timeout
 
@@ -162,14 +223,21 @@ def worker_loss_trial(rh: RayHosts, corpus: Path, config: Path, out: Path, itera
     wait_for(lambda: proc.poll() is not None or compiling_on(rh, victim), left(),
              f"the run's first compile on {victim.name}", every=0.05)
     ended_before(f"{joiner} joined")
-    added = rh.add_worker(joiner)  # into a run that is compiling: the executor must grow
-    wait_for(lambda: proc.poll() is not None or compiling_on(rh, added), left(),
-             f"a compile on {joiner}", every=0.05)
-    ended_before(f"{joiner} compiled")
+    with compiles_held(others) as held_s:
+        added = rh.add_worker(joiner)  # into a run that is compiling: the executor must grow
+        wait_for(lambda: proc.poll() is not None or compiling_on(rh, added), left(),
+                 f"a compile on {joiner}", every=0.05)
+        ended_before(f"{joiner} compiled")
     wait_for(lambda: proc.poll() is not None or wait_checkpoint(out, 1), left(),
              "iteration 1", every=0.5)
-    wait_for(lambda: proc.poll() is not None or compiling_on(rh, victim), left(),
-             f"a compile on {victim.name}", every=0.05)
+    stopped: list[int] = []
+
+    def victim_holds_a_compile() -> bool:
+        stopped.extend(compiler_pids(victim))
+        _signal(stopped, signal.SIGSTOP)
+        return proc.poll() is not None or bool(stopped)
+
+    wait_for(victim_holds_a_compile, left(), f"a compile on {victim.name}", every=0.02)
     ended_before(f"{victim.name} was lost")
     lost_at = _iteration_of(out)
     rh.lose(victim)
@@ -182,7 +250,7 @@ def worker_loss_trial(rh: RayHosts, corpus: Path, config: Path, out: Path, itera
     summary = summary_of(log)
     return {"lost_during_iteration": lost_at + 1, "joined": added.address,
             "joined_host_compiles": summary.get("per_host", {}).get(added.address, 0),
-            "victim": victim.address, **summary}
+            "victim": victim.address, "held_seconds": round(held_s[0], 1), **summary}
 
 
 def _iteration_of(run_dir: Path) -> int:
