@@ -265,14 +265,17 @@ def head_loss_trial(rh: RayHosts, corpus: Path, config: Path, out: Path, iterati
     log = out.parent / f"{out.name}.log"
     proc = rh.spawn_mlgo(train_args(corpus, config, out, iterations, rh.address), log)
     wait_for(lambda: proc.poll() is not None or wait_checkpoint(out, 1), timeout,
-             "iteration 1", every=0.5)
-    if proc.poll() is not None:
-        raise LabError(f"the run ended before the head was lost:\n{log.read_text()}")
-    checkpointed = _iteration_of(out)
-    lost = time.monotonic()
-    rh.lose_head()
-    for host in list(rh.workers.values()):  # its raylets would die with the head anyway
-        rh.lose(host)
+             "iteration 1", every=0.05)
+    # the workers' compiles are held from here until they are lost: however fast the
+    # machine, the run cannot end before its head does
+    with compiles_held(list(rh.workers.values())):
+        if proc.poll() is not None:
+            raise LabError(f"the run ended before the head was lost:\n{log.read_text()}")
+        checkpointed = _iteration_of(out)
+        lost = time.monotonic()
+        rh.lose_head()
+        for host in list(rh.workers.values()):  # its raylets would die with the head anyway
+            rh.lose(host)
     try:
         code = proc.wait(timeout=error_timeout)
     except Exception as exc:
