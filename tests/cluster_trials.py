@@ -158,21 +158,19 @@ def compiles_held(hosts: Sequence[Host], release_every: float = 10.0) -> Iterato
     stop = threading.Event()
     held: set[int] = set()
     seen: set[int] = set()
-    lock = threading.Lock()
 
     def hold() -> None:
         released = time.monotonic()
-        while not stop.wait(0.02):
-            with lock:
-                for host in hosts:
-                    fresh = [p for p in compiler_pids(host) if p not in seen]
-                    _signal(fresh, signal.SIGSTOP)
-                    seen.update(fresh)
-                    held.update(fresh)
-                if time.monotonic() - released > release_every:
-                    _signal(held, signal.SIGCONT)
-                    held.clear()
-                    released = time.monotonic()
+        while not stop.wait(0.02):  # `held` is read by the caller only after the join
+            for host in hosts:
+                fresh = [p for p in compiler_pids(host) if p not in seen]
+                _signal(fresh, signal.SIGSTOP)
+                seen.update(fresh)
+                held.update(fresh)
+            if time.monotonic() - released > release_every:
+                _signal(held, signal.SIGCONT)
+                held.clear()
+                released = time.monotonic()
 
     seconds: list[float] = []
     started = time.monotonic()
@@ -229,7 +227,7 @@ def worker_loss_trial(rh: RayHosts, corpus: Path, config: Path, out: Path, itera
                  f"a compile on {joiner}", every=0.05)
         ended_before(f"{joiner} compiled")
     wait_for(lambda: proc.poll() is not None or wait_checkpoint(out, 1), left(),
-             "iteration 1", every=0.5)
+             "iteration 1", every=0.05)
     stopped: list[int] = []
 
     def victim_holds_a_compile() -> bool:
