@@ -148,13 +148,11 @@ def _signal(pids: Iterable[int], sig: signal.Signals) -> None:
 
 
 @contextlib.contextmanager
-def compiles_held(hosts: Sequence[Host], release_every: float = 10.0) -> Iterator[list[float]]:
+def compiles_held(hosts: Sequence[Host], release_every: float = 10.0) -> Iterator[None]:
     """While inside, every compiler that starts on `hosts` is stopped (SIGSTOP), so a run on
     the cluster cannot finish however fast the machine is: a host that joins meanwhile gets
     the queued jobs. Every `release_every` s the held ones continue to their end (the last
-    jobs of a batch may all be held, with none queued for a newcomer); all do on exit.
-
-    Yields a list that holds, on exit, the seconds spent inside."""
+    jobs of a batch may all be held, with none queued for a newcomer); all do on exit."""
     stop = threading.Event()
     held: set[int] = set()
     seen: set[int] = set()
@@ -172,17 +170,14 @@ def compiles_held(hosts: Sequence[Host], release_every: float = 10.0) -> Iterato
                 held.clear()
                 released = time.monotonic()
 
-    seconds: list[float] = []
-    started = time.monotonic()
     thread = threading.Thread(target=hold, name="compiles-held", daemon=True)
     thread.start()
     try:
-        yield seconds
+        yield
     finally:
         stop.set()
         thread.join()
         _signal(held, signal.SIGCONT)
-        seconds.append(time.monotonic() - started)
 
 
 def wait_checkpoint(run_dir: Path, iteration: int) -> bool:
@@ -221,18 +216,21 @@ def worker_loss_trial(rh: RayHosts, corpus: Path, config: Path, out: Path, itera
     wait_for(lambda: proc.poll() is not None or compiling_on(rh, victim), left(),
              f"the run's first compile on {victim.name}", every=0.05)
     ended_before(f"{joiner} joined")
-    with compiles_held(others) as held_s:
+    held_from = time.monotonic()
+    with compiles_held(others):
         added = rh.add_worker(joiner)  # into a run that is compiling: the executor must grow
         wait_for(lambda: proc.poll() is not None or compiling_on(rh, added), left(),
                  f"a compile on {joiner}", every=0.05)
         ended_before(f"{joiner} compiled")
+    held_seconds = time.monotonic() - held_from
     wait_for(lambda: proc.poll() is not None or wait_checkpoint(out, 1), left(),
              "iteration 1", every=0.05)
     stopped: list[int] = []
 
     def victim_holds_a_compile() -> bool:
-        stopped.extend(compiler_pids(victim))
-        _signal(stopped, signal.SIGSTOP)
+        found = compiler_pids(victim)
+        _signal(found, signal.SIGSTOP)
+        stopped.extend(found)
         return proc.poll() is not None or bool(stopped)
 
     wait_for(victim_holds_a_compile, left(), f"a compile on {victim.name}", every=0.02)
@@ -248,7 +246,7 @@ def worker_loss_trial(rh: RayHosts, corpus: Path, config: Path, out: Path, itera
     summary = summary_of(log)
     return {"lost_during_iteration": lost_at + 1, "joined": added.address,
             "joined_host_compiles": summary.get("per_host", {}).get(added.address, 0),
-            "victim": victim.address, "held_seconds": round(held_s[0], 1), **summary}
+            "victim": victim.address, "held_seconds": round(held_seconds, 1), **summary}
 
 
 def _iteration_of(run_dir: Path) -> int:
