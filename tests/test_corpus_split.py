@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pymlgo.corpus.format import Corpus, CorpusError, Module
-from pymlgo.corpus.sample import Sampler, sample, sample_by_package
+from pymlgo.corpus.sample import Sampler, sample, sample_by_package, sample_by_weight
 from pymlgo.corpus.split import Split, split_by_module, split_by_package
 
 # Package sizes like a real corpus: a few big libraries and some small ones.
@@ -201,6 +201,31 @@ def test_sampling_by_package_takes_everything_when_asked_for_more() -> None:
     assert sample_by_package(names, 3, np.random.default_rng(1)) == names
 
 
+def test_sampling_by_weight_draws_a_heavy_module_far_more_often_than_a_light_one() -> None:
+    # a corpus's stock cost: one module holds half of it, a hundred share the rest
+    weights = {"hot/m": 100.0, **{f"cold/m{i}": 1.0 for i in range(100)}}
+    draws = [sample_by_weight(weights, 4, np.random.default_rng(s)) for s in range(200)]
+
+    assert all(len(set(d)) == 4 and d == sorted(d) for d in draws)
+    # missed only if each of 4 draws misses a half of the weight: 1/16; uniformly, 4/101
+    assert sum("hot/m" in d for d in draws) >= 170
+    cold = [sum(f"cold/m{i}" in d for d in draws) for i in range(100)]
+    assert max(cold) < 20  # each about 3 times in 200 batches of 3 cold draws
+    assert draws[0] == sample_by_weight(weights, 4, np.random.default_rng(0))
+    assert draws[0] != draws[1]
+
+
+def test_sampling_by_weight_takes_weight_zero_last_and_everything_when_asked_for_more() -> None:
+    weights = {"a/x": 0.0, "a/y": 1e-9, "b/z": 5.0}
+    for s in range(20):
+        assert sample_by_weight(weights, 2, np.random.default_rng(s)) == ["a/y", "b/z"]
+    assert sample_by_weight(weights, 5, np.random.default_rng(0)) == ["a/x", "a/y", "b/z"]
+    with pytest.raises(ValueError, match="finite"):
+        sample_by_weight({"a/x": float("nan")}, 1, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="cannot sample -1"):
+        sample_by_weight(weights, -1, np.random.default_rng(0))
+
+
 def test_sampler_sees_every_module_once_per_epoch() -> None:
     names = list(CORPUS.names)
     sampler = Sampler(names, seed=4)
@@ -212,3 +237,15 @@ def test_sampler_sees_every_module_once_per_epoch() -> None:
     assert again.batch(len(names)) == first
     sampler.batch(1)
     assert sampler.epoch == 2
+
+
+def test_a_training_env_sampling_by_baseline_draws_where_the_baseline_total_is() -> None:
+    from pymlgo.train.env import TrainEnv
+    from pymlgo.workers.protocol import WorkSpec
+
+    baselines = {"hot/m": 1e6, "zero/m": 0.0, **{f"cold/m{i}": 10.0 for i in range(50)}}
+    env = TrainEnv(None, WorkSpec(), dict.fromkeys(baselines), baselines,  # type: ignore[arg-type]
+                   sample_by="baseline")
+    for s in range(10):
+        drawn = env.sample_modules(np.random.default_rng(s), 3)
+        assert "hot/m" in drawn and "zero/m" not in drawn  # no baseline: not a training module

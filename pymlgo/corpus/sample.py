@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -70,6 +70,29 @@ def sample_by_package(names: Sequence[str], k: int, rng: np.random.Generator) ->
                 if len(picked) == k:
                     break
     return sorted(picked)
+
+
+def sample_by_weight(weights: Mapping[str, float], k: int,
+                     rng: np.random.Generator) -> list[str]:
+    """`k` distinct names (all of them if there are fewer), sorted, each drawn with a chance
+    that grows with its weight: successive draws without replacement, each in proportion to
+    the weights left (Efraimidis and Spirakis' keys, `u ** (1 / w)`). Where a total is what
+    counts and a few names hold most of it, a batch then goes where that total is. Names of
+    weight 0 come last."""
+    if k < 0:
+        raise ValueError(f"cannot sample {k} modules")
+    names = sorted(weights)
+    w = np.array([weights[n] for n in names], dtype=np.float64)
+    if np.any(~np.isfinite(w)) or np.any(w < 0):
+        raise ValueError("weights must be finite and >= 0")
+    if k >= len(names):
+        return names
+    u = rng.random(len(names))
+    # log(u) / w, the log of the key: larger is drawn first; weight 0 never before a weight > 0
+    with np.errstate(divide="ignore"):
+        keys = np.where(w > 0, np.log(u) / np.where(w > 0, w, 1.0), -np.inf)
+    order = np.lexsort((np.arange(len(names)), -keys))
+    return sorted(names[int(i)] for i in order[:k])
 
 
 class Sampler(Generic[T]):

@@ -321,9 +321,11 @@ class TrainConfig:
     # read instead of recorded again at setup (inlining: every run's setup; others: bc's)
     traces: str = ""
     eval_every: int = 1  # validation compile every N iterations (and after the last)
-    # training batches: "module" (uniform over modules) or "package" (each package equally
-    # often, so one big project does not dominate the batches)
-    sample_by: Literal["module", "package"] = "module"
+    # training batches: "module" (uniform over modules), "package" (each package equally
+    # often, so one big project does not dominate the batches) or "baseline" (a module's
+    # chance grows with its baseline measure, -Oz bytes or the stock advisor's cost, so that
+    # batches go where an evaluation's total is)
+    sample_by: Literal["module", "package", "baseline"] = "module"
     # "ir2native": ppo credits each decision with its caller's IR2Native-estimated size
     # change (pymlgo.train.shaping); "none": every decision shares the module's reward
     partial_rewards: PartialRewards = "none"
@@ -366,8 +368,9 @@ class TrainConfig:
             raise ConfigError("time_budget_minutes must be > 0")
         if self.iterations is not None and self.iterations < 0:
             raise ConfigError("iterations must be >= 0")
-        if self.sample_by not in ("module", "package"):
-            raise ConfigError(f"sample_by must be 'module' or 'package', not {self.sample_by!r}")
+        if self.sample_by not in ("module", "package", "baseline"):
+            raise ConfigError(f"sample_by must be 'module', 'package' or 'baseline', not "
+                              f"{self.sample_by!r}")
         if self.eval_every < 1:
             raise ConfigError("eval_every must be >= 1")
         if self.partial_rewards not in ("none", "ir2native"):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from pymlgo.corpus.sample import sample_by_package, sample_uniformly
+from pymlgo.corpus.sample import sample_by_package, sample_by_weight, sample_uniformly
 from pymlgo.ir2native.estimates import from_extra
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy
 from pymlgo.problems.inlining.problem import estimator_of
@@ -176,7 +176,9 @@ class TrainEnv:
     jobs: Mapping[str, CompileJob]  # every module the env may compile, by name
     baselines: Mapping[str, float]  # baseline measure per module (none: skipped)
     stats: RunStats = field(default_factory=RunStats)
-    sample_by: str = "module"  # "package": batches spread evenly over packages
+    # "package": batches spread evenly over packages; "baseline": drawn in proportion to the
+    # modules' baseline measure
+    sample_by: str = "module"
     scoring: Scoring = BYTES
     # the baseline compiles' results, for problems whose rewards need more than their
     # measure (`ProblemTraining.keep_baseline_results`)
@@ -196,6 +198,8 @@ class TrainEnv:
         """`n` distinct modules (all of them if there are fewer), in sorted order."""
         if self.sample_by == "package":
             return sample_by_package(self.names, n, rng)
+        if self.sample_by == "baseline":
+            return sample_by_weight({m: self.baselines[m] for m in self.names}, n, rng)
         return sample_uniformly(self.names, n, rng)
 
     def run(
