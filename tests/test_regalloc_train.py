@@ -29,8 +29,8 @@ from tests.test_train_algorithms import copy_demo_subset
 from tests.train_runs import MODULES, policy_bytes, scalars, train_in_process
 
 REGALLOC = ("regalloc-evict", "regalloc-priority")
-# batches by the stock advisor's cost (3 of the 6 training modules), as the shipped
-# eviction policy's experiments drew them (stop 54)
+# batches by the stock advisor's cost (3 of the 6 training modules), as stop 54's
+# eviction runs drew them
 ES = """
 algo = "es"
 seed = 4

@@ -176,8 +176,8 @@ class TrainEnv:
     jobs: Mapping[str, CompileJob]  # every module the env may compile, by name
     baselines: Mapping[str, float]  # baseline measure per module (none: skipped)
     stats: RunStats = field(default_factory=RunStats)
-    # "package": batches spread evenly over packages; "baseline": drawn in proportion to the
-    # modules' baseline measure
+    # "package": batches spread evenly over packages; "baseline": a module's chance grows
+    # with its baseline measure
     sample_by: str = "module"
     scoring: Scoring = BYTES
     # the baseline compiles' results, for problems whose rewards need more than their
