@@ -11,6 +11,8 @@ import pytest
 from pymlgo.corpus.format import Corpus, CorpusError, Module
 from pymlgo.corpus.sample import Sampler, sample, sample_by_package, sample_by_weight
 from pymlgo.corpus.split import Split, split_by_module, split_by_package
+from pymlgo.train.env import TrainEnv
+from pymlgo.workers.protocol import WorkSpec
 
 # Package sizes like a real corpus: a few big libraries and some small ones.
 SIZES = {"zstd": 28, "brotli": 31, "lz4": 4, "zlib": 12, "sqlite": 3, "xz": 9, "bzip2": 6}
@@ -240,9 +242,6 @@ def test_sampler_sees_every_module_once_per_epoch() -> None:
 
 
 def test_a_training_env_sampling_by_baseline_draws_where_the_baseline_total_is() -> None:
-    from pymlgo.train.env import TrainEnv
-    from pymlgo.workers.protocol import WorkSpec
-
     baselines = {"hot/m": 1e6, "zero/m": 0.0, **{f"cold/m{i}": 10.0 for i in range(50)}}
     env = TrainEnv(None, WorkSpec(), dict.fromkeys(baselines), baselines,  # type: ignore[arg-type]
                    sample_by="baseline")

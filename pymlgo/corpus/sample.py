@@ -89,9 +89,11 @@ def sample_by_weight(weights: Mapping[str, float], k: int,
         return names
     u = rng.random(len(names))
     # log(u) / w, the log of the key: larger is drawn first; weight 0 never before a weight > 0
-    with np.errstate(divide="ignore"):
-        keys = np.where(w > 0, np.log(u) / np.where(w > 0, w, 1.0), -np.inf)
-    order = np.lexsort((np.arange(len(names)), -keys))
+    keys = np.full(len(names), -np.inf)
+    drawable = w > 0
+    with np.errstate(divide="ignore"):  # u == 0: key -inf, last among the drawable
+        keys[drawable] = np.log(u[drawable]) / w[drawable]
+    order = np.argsort(-keys, kind="stable")  # ties: the earlier name first
     return sorted(names[int(i)] for i in order[:k])
 
 
