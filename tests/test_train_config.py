@@ -57,6 +57,18 @@ def test_a_bad_toml_value_or_unknown_key_is_an_error_naming_it(tmp_path, text, m
         load_config(write(tmp_path, text))
 
 
+@pytest.mark.parametrize("key, value, message", [
+    ("sample_by", "file", "sample_by must be 'module', 'package' or 'baseline', not 'file'"),
+    ("partial_rewards", "all", "partial_rewards must be 'none' or 'ir2native', not 'all'"),
+    ("reward_weighting", "size", "reward_weighting must be 'default', 'module', 'bytes' or "
+     "'cost', not 'size'"),
+    ("out_of_range", "wrap", "out_of_range must be 'clip' or 'log', not 'wrap'"),
+])
+def test_a_config_built_in_code_refuses_a_choice_its_type_does_not_list(key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**{key: value})
+
+
 def test_integers_are_accepted_where_floats_are_expected():
     cfg = make_config(es={"sigma": 1})
     assert cfg.es.sigma == 1.0 and isinstance(cfg.es.sigma, float)

@@ -52,6 +52,7 @@ Algo = Literal["bc", "ppo", "es", "dqn", "il"]
 PartialRewards = Literal["none", "ir2native"]
 RewardWeighting = Literal["default", "module", "bytes", "cost"]
 OutOfRange = Literal["clip", "log"]
+SampleBy = Literal["module", "package", "baseline"]
 
 DEFAULT_HIDDEN = (40, 40, 20)
 DEFAULT_PROBLEM = registry.DEFAULT.name
@@ -325,7 +326,7 @@ class TrainConfig:
     # often, so one big project does not dominate the batches) or "baseline" (a module's
     # chance grows with its baseline measure, -Oz bytes or the stock advisor's cost, so that
     # batches go where an evaluation's total is)
-    sample_by: Literal["module", "package", "baseline"] = "module"
+    sample_by: SampleBy = "module"
     # "ir2native": ppo credits each decision with its caller's IR2Native-estimated size
     # change (pymlgo.train.shaping); "none": every decision shares the module's reward
     partial_rewards: PartialRewards = "none"
@@ -368,14 +369,10 @@ class TrainConfig:
             raise ConfigError("time_budget_minutes must be > 0")
         if self.iterations is not None and self.iterations < 0:
             raise ConfigError("iterations must be >= 0")
-        if self.sample_by not in ("module", "package", "baseline"):
-            raise ConfigError(f"sample_by must be 'module', 'package' or 'baseline', not "
-                              f"{self.sample_by!r}")
+        _check_choice("sample_by", self.sample_by, SampleBy)
         if self.eval_every < 1:
             raise ConfigError("eval_every must be >= 1")
-        if self.partial_rewards not in ("none", "ir2native"):
-            raise ConfigError(f"partial_rewards must be 'none' or 'ir2native', not "
-                              f"{self.partial_rewards!r}")
+        _check_choice("partial_rewards", self.partial_rewards, PartialRewards)
         if self.partial_rewards != "none":
             if self.algo != "ppo":
                 raise ConfigError(f"partial_rewards = {self.partial_rewards!r} needs algo = "
@@ -385,12 +382,8 @@ class TrainConfig:
                                   "per-module moving average has no per-decision meaning)")
         elif self.ir2native_model:
             raise ConfigError("ir2native_model is only used with partial_rewards = 'ir2native'")
-        if self.reward_weighting not in ("default", "module", "bytes", "cost"):
-            raise ConfigError(f"reward_weighting must be 'default', 'module', 'bytes' or "
-                              f"'cost', not {self.reward_weighting!r}")
-        if self.out_of_range not in ("clip", "log"):
-            raise ConfigError(f"out_of_range must be 'clip' or 'log', not "
-                              f"{self.out_of_range!r}")
+        _check_choice("reward_weighting", self.reward_weighting, RewardWeighting)
+        _check_choice("out_of_range", self.out_of_range, OutOfRange)
         if self.reward_weighting != "default" and self.algo == "bc":
             raise ConfigError("reward_weighting does not apply to algo = 'bc' (it learns "
                               "from clang's decisions, not from sizes)")
@@ -485,6 +478,17 @@ class TrainConfig:
 
 
 IR2VEC_SHA_PREFIX = "sha256:"
+
+
+def _check_choice(name: str, value: object, choices: Any) -> None:
+    """ConfigError unless `value` is one of the `Literal` `choices` (a config built in code
+    skips the TOML loader's type check; the values are read from the type, so adding one
+    never needs a second edit here)."""
+    allowed = typing.get_args(choices)
+    if value not in allowed:
+        spelled = [repr(a) for a in allowed]
+        listing = f"{', '.join(spelled[:-1])} or {spelled[-1]}"
+        raise ConfigError(f"{name} must be {listing}, not {value!r}")
 
 
 def _policy_dict(policy: PolicyConfig) -> dict[str, Any]:
