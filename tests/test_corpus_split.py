@@ -60,6 +60,20 @@ def test_different_seeds_give_different_splits(splitter) -> None:
     assert len(splits) > 1
 
 
+@pytest.mark.parametrize("by", ["module", "package"])
+def test_a_run_with_a_split_seed_splits_as_that_seed_whatever_its_own_seed(by) -> None:
+    from pymlgo.train.config import make_config
+    from pymlgo.train.trainer import make_split
+
+    def split(**kw) -> Split:
+        return make_split(make_config(algo="es", **kw), CORPUS)
+
+    fixed = [split(seed=s, split={"by": by, "seed": 5}) for s in range(6)]
+    assert all(f == split(seed=5, split={"by": by}) for f in fixed)
+    # without one, the run's seed draws the split as it always did
+    assert len({split(seed=s, split={"by": by}).heldout for s in range(6)}) > 1
+
+
 def test_by_package_held_out_shares_no_package_with_train_or_validation() -> None:
     for seed in range(20):
         split = split_by_package(CORPUS, seed=seed, validation=0.1, heldout=0.2)

@@ -63,6 +63,7 @@ def test_a_bad_toml_value_or_unknown_key_is_an_error_naming_it(tmp_path, text, m
     ("reward_weighting", "size", "reward_weighting must be 'default', 'module', 'bytes' or "
      "'cost', not 'size'"),
     ("out_of_range", "wrap", "out_of_range must be 'clip' or 'log', not 'wrap'"),
+    ("select_by", "median", "select_by must be 'total' or 'package', not 'median'"),
 ])
 def test_a_config_built_in_code_refuses_a_choice_its_type_does_not_list(key, value, message):
     with pytest.raises(ConfigError, match=message):
@@ -216,6 +217,26 @@ def test_validation_can_be_weighed_by_the_baseline_of_whole_packages_only():
     with pytest.raises(ConfigError, match="validation_weight"):
         make_config(algo="es", split={"by": "package", "validation_by": "package",
                                       "validation_weight": "cost"})
+
+
+def test_select_by_and_split_seed_stay_out_of_a_saved_policys_provenance_at_default():
+    from pymlgo.train.config import to_dict
+
+    assert "select_by" not in to_dict(make_config(algo="es"))
+    assert "seed" not in to_dict(make_config(algo="es"))["split"]
+    assert to_dict(make_config(algo="es", select_by="package"))["select_by"] == "package"
+    assert to_dict(make_config(algo="es", split={"seed": 3}))["split"]["seed"] == 3
+
+
+def test_a_split_seed_is_part_of_what_a_run_is_set_up_for():
+    assert (make_config(algo="es", split={"seed": 3}).setup_identity()
+            != make_config(algo="es").setup_identity())
+
+
+def test_a_split_seed_is_read_from_toml(tmp_path):
+    assert load_config(write(tmp_path, "[split]\nseed = 3")).split.seed == 3
+    with pytest.raises(ConfigError, match="seed"):
+        load_config(write(tmp_path, '[split]\nseed = "three"'))
 
 
 def test_an_ir2vec_vocabulary_counts_by_its_content_not_its_path(tmp_path):

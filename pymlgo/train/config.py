@@ -53,6 +53,7 @@ PartialRewards = Literal["none", "ir2native"]
 RewardWeighting = Literal["default", "module", "bytes", "cost"]
 OutOfRange = Literal["clip", "log"]
 SampleBy = Literal["module", "package", "baseline"]
+SelectBy = Literal["total", "package"]
 
 DEFAULT_HIDDEN = (40, 40, 20)
 DEFAULT_PROBLEM = registry.DEFAULT.name
@@ -80,6 +81,9 @@ class SplitConfig:
     # regalloc), where a few hot packages hold most of it and a draw by module count can
     # validate on almost none (`corpus.split._pick_weighted`).
     validation_weight: Literal["modules", "baseline"] = "modules"
+    # the split's own seed (None: the run's `seed`), so that runs with other seeds can train
+    # on the same split and be compared on the same validation and held-out modules
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.by != "package" and (self.heldout_packages is not None
@@ -327,6 +331,11 @@ class TrainConfig:
     # chance grows with its baseline measure, -Oz bytes or the stock advisor's cost, so that
     # batches go where an evaluation's total is)
     sample_by: SampleBy = "module"
+    # how validation picks best/: "total" (the lowest total size or cost over the
+    # validation modules) or "package" (the lowest mean of the validation packages' own
+    # total changes, every package counting the same: a total that one package holds picks
+    # what fits that package, stops 54 and 55 of the regalloc-evict README)
+    select_by: SelectBy = "total"
     # "ir2native": ppo credits each decision with its caller's IR2Native-estimated size
     # change (pymlgo.train.shaping); "none": every decision shares the module's reward
     partial_rewards: PartialRewards = "none"
@@ -370,6 +379,7 @@ class TrainConfig:
         if self.iterations is not None and self.iterations < 0:
             raise ConfigError("iterations must be >= 0")
         _check_choice("sample_by", self.sample_by, SampleBy)
+        _check_choice("select_by", self.select_by, SelectBy)
         if self.eval_every < 1:
             raise ConfigError("eval_every must be >= 1")
         _check_choice("partial_rewards", self.partial_rewards, PartialRewards)
@@ -534,7 +544,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 # table keys added after policies were published, left out at their default (as above)
 _TABLE_KEYS_OMITTED_AT_DEFAULT: dict[type, dict[str, Any]] = {
     SplitConfig: {"heldout_packages": None, "validation_by": "module",
-                  "validation_weight": "modules"},
+                  "validation_weight": "modules", "seed": None},
     PolicyConfig: {"reads_default": False, "ir2vec_vocab": None, "differences": None,
                    "window": "", "languages": []},
     ILConfig: {"moves": "single", "answers": 3},
@@ -546,7 +556,7 @@ def _omitted_at_default() -> dict[str, Any]:
     `to_dict`, so a run that does not use them keeps the provenance (and bytes) it had."""
     return {"partial_rewards": "none", "ir2native_model": "", "vocab": "", "traces": "",
             "compile": to_dict(CompileConfig()), "il": to_dict(ILConfig()),
-            "reward_weighting": "default",
+            "reward_weighting": "default", "select_by": "total",
             "out_of_range": "clip", "problem": DEFAULT_PROBLEM}
 
 

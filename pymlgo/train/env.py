@@ -77,6 +77,29 @@ def size_change(episodes: Sequence[Episode]) -> float:
     return sum(e.size or 0 for e in ok) / base - 1.0 if base else 0.0
 
 
+def package_mean_change(episodes: Sequence[Episode]) -> float:
+    """The mean over packages (a module name's first component) of each package's own
+    total change vs the baseline, over the successful episodes (0 if none): every package
+    counts the same, however much of the total it holds."""
+    totals: dict[str, list[float]] = {}
+    for e in episodes:
+        if e.ok:
+            t = totals.setdefault(e.module.split("/", 1)[0], [0.0, 0.0])
+            t[0] += e.size or 0
+            t[1] += e.baseline
+    changes = [size / base - 1.0 for size, base in totals.values() if base]
+    return sum(changes) / len(changes) if changes else 0.0
+
+
+def selection_score(episodes: Sequence[Episode], select_by: str) -> float:
+    """What picks the best policy on validation (`TrainConfig.select_by`): lower is better."""
+    if select_by == "total":
+        return size_change(episodes)
+    if select_by == "package":
+        return package_mean_change(episodes)
+    raise ValueError(f"unknown select_by {select_by!r}: use total or package")
+
+
 def byte_weights(baselines: Mapping[str, int], modules: Sequence[str]) -> dict[str, float]:
     """Module -> its -Oz bytes over the mean -Oz bytes of `modules` (mean weight 1).
 
@@ -249,3 +272,10 @@ class TrainEnv:
     def evaluate(self, policy: Policy, modules: Sequence[str]) -> float:
         """Total size change vs the baseline of `policy` on `modules` (failures left out)."""
         return size_change(self.run([policy], modules))
+
+    def validate(self, policy: Policy, modules: Sequence[str],
+                 select_by: str) -> tuple[float, float, float]:
+        """(total change, package mean change, selection score) of `policy` on `modules`
+        (failures left out; the score as `selection_score` reads `select_by`)."""
+        eps = self.run([policy], modules)
+        return size_change(eps), package_mean_change(eps), selection_score(eps, select_by)

@@ -8,7 +8,8 @@ Output directory layout:
   the initial (warm-start) policy, so a resumed run never recompiles them;
 - `checkpoint.pkl` — after every iteration (atomic): iteration count, algorithm state
   (parameters, optimizer, RNG states), best-so-far, elapsed time;
-- `best/` — the policy with the lowest validation size so far (of equal ones the later;
+- `best/` — the policy with the lowest validation size so far, by total or by the mean of
+  the validation packages' changes (`select_by`; of equal ones the later;
   a start drawn at random, bc's without a warm start, is no candidate unless no iteration
   runs, and `best/` appears at the first validation after it); `final/` — the last one
   (both loadable with `mlgo eval --policy DIR`);
@@ -19,7 +20,9 @@ Output directory layout:
   both only on iterations that validate, see `eval_every`, and the training figure over a
   seeded sample of at most TRAIN_CHECK_MODULES training modules: all of a broad corpus's
   would take longer than the iteration),
-  `size_change/validation_best` (from the first candidate on), `compiles`, `failures`
+  `size_change/validation_package_mean` (each validation package's own total change,
+  averaged), `size_change/validation_best` (the total of `best/`, from the first candidate
+  on), `compiles`, `failures`
   and `decisions_per_second` (over every compile of the iteration: training and
   validation), `time/iteration_seconds`,
   and the algorithm's own (`bc/...`, `ppo/...`, `es/...`, `dqn/...`); iteration 0 holds
@@ -282,6 +285,7 @@ def make_split(config: TrainConfig, corpus: Corpus,
     """The run's split. With `split.validation_weight = "baseline"` the validation packages
     are weighed by `baselines` (module -> baseline measure; required then)."""
     s = config.split
+    seed = config.seed if s.seed is None else s.seed
     if s.by == "package":
         weights = None
         if s.validation_weight == "baseline":
@@ -290,10 +294,10 @@ def make_split(config: TrainConfig, corpus: Corpus,
             weights = {}
             for m in corpus.modules:
                 weights[m.package] = weights.get(m.package, 0.0) + baselines.get(m.name, 0.0)
-        return split_by_package(corpus, seed=config.seed, validation=s.validation,
+        return split_by_package(corpus, seed=seed, validation=s.validation,
                                 heldout=s.heldout, heldout_packages=s.heldout_packages,
                                 validation_by=s.validation_by, validation_weights=weights)
-    return split_by_module(corpus, seed=config.seed, validation=s.validation,
+    return split_by_module(corpus, seed=seed, validation=s.validation,
                            heldout=s.heldout)
 
 
@@ -607,32 +611,41 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
             shaper = partial_reward_shaper(env, model, say)
         algo = make_algorithm(config, setup, shaper)
 
+        def validate(policy: Any) -> tuple[float, float, float]:
+            return val_env.validate(policy, val_names, config.select_by)
+
         if checkpoint is not None:
             algo.load_state_dict(checkpoint["algo"])
             iteration, elapsed = checkpoint["iteration"], checkpoint["elapsed"]
-            best_it, best_change, best_policy = checkpoint["best"]
+            best_it, best_score, best_policy = checkpoint["best"]
+            # checkpoints before select_by chose by the total, so the score was the total
+            best_change = checkpoint.get("best_total", best_score)
             if best_policy is not None:
                 best_policy = training.rebind(best_policy, spec.options)
                 # provenance as this run's: a budget raised on resume must not leave the
                 # old one in best/ (an uninterrupted run with this budget would not have it)
                 best_policy = _stamp(best_policy, config, best_it)
             last_change, last_eval = checkpoint["last_validation"]
+            last_score = checkpoint.get("last_score", last_change)
             resumed_from: int | None = iteration
             say(f"resuming {out} at iteration {iteration + 1}")
         else:
             iteration, elapsed, resumed_from = 0, 0.0, None
             start = _stamp(algo.policy(), config, 0)
-            last_change, last_eval = val_env.evaluate(start, val_names), 0
-            best_it, best_change, best_policy = 0, last_change, start
+            last_change, last_mean, last_score = validate(start)
+            last_eval = 0
+            best_it, best_change, best_score, best_policy = 0, last_change, last_score, start
             if setup.initial_is_random:
                 # validated and logged, but no candidate: that a random network measures
                 # well says nothing learned (a stop-40 k-fold fold shipped bc's untrained
                 # start, which validated 0.2 points better than its trained network)
-                best_change, best_policy = math.inf, None
+                best_change, best_score, best_policy = math.inf, math.inf, None
         log = ScalarLog(out, iteration, options.tensorboard)
         say(log.note)
         if checkpoint is None:
-            log.write(0, {f"{change}/validation": last_change, **setup.warmstart_scalars})
+            log.write(0, {f"{change}/validation": last_change,
+                          f"{change}/validation_package_mean": last_mean,
+                          **setup.warmstart_scalars})
         if best_policy is not None:
             _save_policy(best_policy, out / BEST_DIR, problem)
 
@@ -640,8 +653,9 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
             state = {"format": CHECKPOINT_FORMAT, "config": config.identity(),
                      "modules": list(corpus.names), "iteration": iteration,
                      "elapsed": elapsed + time.monotonic() - started,
-                     "algo": algo.state_dict(), "best": (best_it, best_change, best_policy),
-                     "last_validation": (last_change, last_eval)}
+                     "algo": algo.state_dict(), "best": (best_it, best_score, best_policy),
+                     "best_total": best_change,
+                     "last_validation": (last_change, last_eval), "last_score": last_score}
             _write_atomic(out / CHECKPOINT_FILE, pickle.dumps(state, protocol=5))
 
         if checkpoint is None:
@@ -668,8 +682,10 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                 final_due = max_it is not None and iteration == max_it
                 if iteration % config.eval_every == 0 or final_due:
                     policy = _stamp(algo.policy(), config, iteration)
-                    last_change, last_eval = val_env.evaluate(policy, val_names), iteration
+                    last_change, last_mean, last_score = validate(policy)
+                    last_eval = iteration
                     scalars[f"{change}/validation"] = last_change
+                    scalars[f"{change}/validation_package_mean"] = last_mean
                     if f"{change}/train" not in scalars:  # bc compiles nothing itself
                         eps = env.run([policy], train_check)
                         scalars[f"{change}/train"] = size_change(eps)
@@ -677,8 +693,9 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                                                                  if e.ok] or [0.0]))
                     # a tie goes to the later, longer-trained policy: equal validation
                     # bytes say nothing (e.g. validation modules a policy leaves to clang)
-                    if last_change <= best_change:
-                        best_it, best_change, best_policy = iteration, last_change, policy
+                    if last_score <= best_score:
+                        best_it, best_change, best_score, best_policy = (
+                            iteration, last_change, last_score, policy)
                         _save_policy(best_policy, out / BEST_DIR, problem)
                 # every compile of the iteration: training, validation, bc's size check
                 scalars |= (env.stats + val_env.stats).as_scalars()
@@ -698,15 +715,17 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                                     best="-" if best_policy is None else f"{best_change:+.2%}")
             if last_eval != iteration:  # stopped by the budget between validations
                 policy = _stamp(algo.policy(), config, iteration)
-                last_change, last_eval = val_env.evaluate(policy, val_names), iteration
-                if last_change <= best_change:  # a tie: the later policy, as above
-                    best_it, best_change, best_policy = iteration, last_change, policy
+                last_change, last_mean, last_score = validate(policy)
+                last_eval = iteration
+                if last_score <= best_score:  # a tie: the later policy, as above
+                    best_it, best_change, best_score, best_policy = (
+                        iteration, last_change, last_score, policy)
                     _save_policy(best_policy, out / BEST_DIR, problem)
                 save_checkpoint()
             if best_policy is None:
                 # no iteration ran (iterations = 0, or a budget spent on the setup): the
                 # random start is the only policy there is
-                best_it, best_change = iteration, last_change
+                best_it, best_change, best_score = iteration, last_change, last_score
                 best_policy = _stamp(algo.policy(), config, iteration)
                 _save_policy(best_policy, out / BEST_DIR, problem)
                 save_checkpoint()
