@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from pymlgo.cli.common import ALLOW_FLAGS_ENV
-from pymlgo.corpus.format import Corpus, CorpusError
+from pymlgo.corpus.format import Corpus, CorpusError, package_of
 from pymlgo.corpus.snapshot import snapshot_corpora
 from pymlgo.evaluate.eval import SIZE_BUCKETS, EvalReport, corpus_jobs, evaluate
 from pymlgo.policy.inlining import InliningPolicy
@@ -327,9 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compiler": compiler.describe(),
         "modules": len(corpus),
         "split": {"by": "package",
-                  "train_packages": sorted({n.split("/", 1)[0] for n in split.train}),
+                  "train_packages": sorted({package_of(n) for n in split.train}),
                   "validation_modules": len(split.validation),
-                  "heldout_packages": sorted({n.split("/", 1)[0] for n in split.heldout}),
+                  "heldout_packages": sorted({package_of(n) for n in split.heldout}),
                   "train_modules": len(split.train), "heldout_modules": len(split.heldout)},
         "targets": {"heldout_total": TARGET_HELDOUT, "train_total": TARGET_TRAIN,
                     "worst_heldout_package": TARGET_WORST_PACKAGE},

@@ -42,6 +42,7 @@ from pymlgo.corpus.format import (
     DESCRIPTION_FILE,
     CorpusError,
     check_module_name,
+    package_of,
     read_description,
     staged_dir,
 )
@@ -416,7 +417,7 @@ def build_demo_corpus(out: Path, *, compiler: Compiler, progress: bool = True,
         ex = result.extract
         if len(ex.modules) != len(units):
             raise DemoError("demo corpus build lost modules:\n" + ex.summary())
-        counts = {s.package: sum(1 for m in ex.modules if m.split("/", 1)[0] == s.package)
+        counts = {s.package: sum(1 for m in ex.modules if package_of(m) == s.package)
                   for s in SDISTS}
         info = {
             "format": DEMO_FORMAT,

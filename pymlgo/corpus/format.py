@@ -40,6 +40,12 @@ class CorpusError(ValueError):
     """A corpus (or its input) is missing, malformed or inconsistent."""
 
 
+def package_of(module: str) -> str:
+    """The source package of a module name: its first path component (`mlgo corpus
+    snapshot` and `mlgo corpus debian` name modules PKG/...; splits are by package)."""
+    return module.split("/", 1)[0]
+
+
 @dataclass(frozen=True)
 class Module:
     """One compilation unit: its bitcode and the cc1 command that compiles it."""
@@ -52,7 +58,7 @@ class Module:
     @property
     def package(self) -> str:
         """Source package, the first path component of the name (splits are by package)."""
-        return self.name.split("/", 1)[0]
+        return package_of(self.name)
 
     def read_bitcode(self) -> bytes:
         return self.bc_path.read_bytes()

@@ -8,6 +8,8 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
+from pymlgo.corpus.format import package_of
+
 T = TypeVar("T")
 Rng = np.random.Generator | random.Random | int
 
@@ -59,7 +61,7 @@ def sample_by_package(names: Sequence[str], k: int, rng: np.random.Generator) ->
         raise ValueError(f"cannot sample {k} modules")
     groups: dict[str, list[str]] = {}
     for name in sorted(names):
-        groups.setdefault(name.split("/", 1)[0], []).append(name)
+        groups.setdefault(package_of(name), []).append(name)
     packages = sorted(groups)
     picked: list[str] = []
     while len(picked) < min(k, len(names)):

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pymlgo.corpus.format import Corpus, CorpusError
+from pymlgo.corpus.format import Corpus, CorpusError, package_of
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def split_by_package(
             val_pkgs = set(_pick_weighted(order, sizes, weights, validation))
         else:
             val_pkgs = set(_pick_packages(order, sizes, validation * len(corpus.modules)))
-        val = [n for n in rest if n.split("/", 1)[0] in val_pkgs]
+        val = [n for n in rest if package_of(n) in val_pkgs]
     else:
         if validation_weights is not None:
             raise CorpusError('validation weights choose whole packages: validation_by="package"')

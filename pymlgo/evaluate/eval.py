@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pymlgo.corpus.format import Corpus
+from pymlgo.corpus.format import Corpus, package_of
 from pymlgo.evaluate.baseline import baseline_results
 from pymlgo.evaluate.spread import DRAWS, LEVEL, largest_share, package_interval
 from pymlgo.problems.base import CompileJob, Measure, ModuleResult, Policy
@@ -152,7 +152,7 @@ class EvalReport:
         corpus snapshot` and `mlgo corpus debian` name modules PKG/...)."""
         rows: dict[str, list[ModuleRow]] = {}
         for m in self.ok_modules:
-            rows.setdefault(m.name.split("/", 1)[0], []).append(m)
+            rows.setdefault(package_of(m.name), []).append(m)
         return sorted(rows.items())
 
     def by_package(self) -> dict[str, dict[str, Any]]:

@@ -23,6 +23,7 @@ from typing import Any
 from elftools.elf.elffile import ELFFile
 
 from pymlgo.corpus.command import FlagEdits, recompile_args
+from pymlgo.corpus.format import package_of
 from pymlgo.ir2native.features import FEATURE_NAMES, module_features
 from pymlgo.problems.base import CompileJob
 from pymlgo.problems.inlining.compile import OPT_LEVEL
@@ -43,7 +44,7 @@ class FunctionRow:
 
     @property
     def package(self) -> str:
-        return self.module.split("/", 1)[0]
+        return package_of(self.module)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from pymlgo.corpus.format import package_of
 from pymlgo.corpus.sample import sample_by_package, sample_by_weight, sample_uniformly
 from pymlgo.ir2native.estimates import from_extra
 from pymlgo.problems.base import CompileJob, ModuleResult, Policy
@@ -84,7 +85,7 @@ def package_mean_change(episodes: Sequence[Episode]) -> float:
     totals: dict[str, list[float]] = {}
     for e in episodes:
         if e.ok:
-            t = totals.setdefault(e.module.split("/", 1)[0], [0.0, 0.0])
+            t = totals.setdefault(package_of(e.module), [0.0, 0.0])
             t[0] += e.size or 0
             t[1] += e.baseline
     changes = [size / base - 1.0 for size, base in totals.values() if base]

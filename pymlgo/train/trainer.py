@@ -57,7 +57,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pymlgo.corpus.format import Corpus
+from pymlgo.corpus.format import Corpus, package_of
 from pymlgo.corpus.sample import sample_uniformly
 from pymlgo.corpus.split import Split, split_by_module, split_by_package
 from pymlgo.evaluate.baseline import baseline_results
@@ -364,7 +364,7 @@ def prepare(
         share = sum(baselines.get(m, 0.0) for m in split.validation) / max(
             sum(baselines.values()), 1e-300)
         modules = len(split.validation) / len(names)
-        packages = sorted({m.split("/", 1)[0] for m in split.validation})
+        packages = sorted({package_of(m) for m in split.validation})
         say(f"validation: {', '.join(packages)} ({modules:.1%} of the modules and {share:.1%} "
             f"of the baseline {scoring.name}s outside held-out)")
     try:
