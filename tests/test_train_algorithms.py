@@ -300,7 +300,7 @@ def test_validation_by_package_counts_every_package_the_same_however_much_it_hol
 
 
 def test_best_is_the_lowest_package_mean_on_validation_when_selected_by_package(
-        demo_o2_corpus_dir, tmp_path):
+        demo_o2_corpus_dir, tmp_path, capsys):
     # eviction ES from the walk, every module its own package so that validation holds
     # four; with this seed the lowest total and the lowest package mean are different
     # iterations, and the mean logged is the one `mlgo eval` measures package by package
@@ -334,6 +334,11 @@ def test_best_is_the_lowest_package_mean_on_validation_when_selected_by_package(
     assert picked == min(mean, key=lambda it: (mean[it], -it))  # a tie: the later
     assert picked != min(total, key=lambda it: (total[it], -it))
     assert rows[-1]["cost_change/validation_best"] == total[picked]
+    # the closing line names the figure that chose best/, beside its total
+    best_line = next(line for line in capsys.readouterr().out.splitlines()
+                     if line.startswith("best policy:"))
+    assert (f"iteration {picked}, validation {total[picked]:+.2%}, "
+            f"package mean {mean[picked]:+.2%} ") in best_line
 
     validation = pickle.loads((out / "setup.pkl").read_bytes()).split.validation
     for name in validation:

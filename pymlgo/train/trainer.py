@@ -140,6 +140,8 @@ class TrainResult:
     best_iteration: int
     best_validation_change: float  # total size change vs -Oz of `best/` on validation
     final_validation_change: float
+    # what chose best/ (`TrainConfig.select_by`): its total again, or its package mean
+    best_score: float
     minutes: float  # training time, setup included, summed over resumed runs
     resumed_from: int | None  # iteration of the checkpoint this run resumed from
 
@@ -735,10 +737,13 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
             log.close()
         _save_policy(_stamp(algo.policy(), config, iteration), out / FINAL_DIR, problem)
     total = elapsed + time.monotonic() - started
+    chosen_by = (f", package mean {best_score:+.2%}" if config.select_by == "package"
+                 else "")
     say(f"{iteration} iterations, {total / 60:.1f} min; best: iteration {best_it}, "
-        f"validation {best_change:+.2%} vs {problem.baseline_label} ({out / BEST_DIR})")
+        f"validation {best_change:+.2%}{chosen_by} vs {problem.baseline_label} "
+        f"({out / BEST_DIR})")
     return TrainResult(out, setup.split, iteration, best_it, best_change, last_change,
-                       total / 60.0, resumed_from)
+                       best_score, total / 60.0, resumed_from)
 
 
 def _progress_bar(enabled: bool, total: int | None, start: int) -> Any:
