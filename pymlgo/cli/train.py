@@ -194,11 +194,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     problem = registry.problem(config.problem)
     what = f"{training_of(problem).scoring.name} vs {problem.baseline_label}"
-    # the package mean is what chose best/ under select_by = "package": show it beside the total
-    chosen_by = (f", package mean {result.best_score:+.2%}" if config.select_by == "package"
-                 else "")
     print(f"best policy: {result.best_dir} (iteration {result.best_iteration}, validation "
-          f"{result.best_validation_change:+.2%}{chosen_by} {what})")
+          f"{result.best_figures} {what})")
     print(f"final policy: {result.final_dir} (iteration {result.iterations}, validation "
           f"{result.final_validation_change:+.2%} {what})")
     return 0

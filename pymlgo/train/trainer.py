@@ -142,8 +142,15 @@ class TrainResult:
     final_validation_change: float
     # what chose best/ (`TrainConfig.select_by`): its total again, or its package mean
     best_score: float
+    select_by: str
     minutes: float  # training time, setup included, summed over resumed runs
     resumed_from: int | None  # iteration of the checkpoint this run resumed from
+
+    @property
+    def best_figures(self) -> str:
+        """`best/`'s validation total, and beside it the package mean when that chose it."""
+        mean = f", package mean {self.best_score:+.2%}" if self.select_by == "package" else ""
+        return f"{self.best_validation_change:+.2%}{mean}"
 
     @property
     def best_dir(self) -> Path:
@@ -737,13 +744,11 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
             log.close()
         _save_policy(_stamp(algo.policy(), config, iteration), out / FINAL_DIR, problem)
     total = elapsed + time.monotonic() - started
-    chosen_by = (f", package mean {best_score:+.2%}" if config.select_by == "package"
-                 else "")
+    result = TrainResult(out, setup.split, iteration, best_it, best_change, last_change,
+                         best_score, config.select_by, total / 60.0, resumed_from)
     say(f"{iteration} iterations, {total / 60:.1f} min; best: iteration {best_it}, "
-        f"validation {best_change:+.2%}{chosen_by} vs {problem.baseline_label} "
-        f"({out / BEST_DIR})")
-    return TrainResult(out, setup.split, iteration, best_it, best_change, last_change,
-                       best_score, total / 60.0, resumed_from)
+        f"validation {result.best_figures} vs {problem.baseline_label} ({out / BEST_DIR})")
+    return result
 
 
 def _progress_bar(enabled: bool, total: int | None, start: int) -> Any:
