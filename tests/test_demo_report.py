@@ -14,6 +14,7 @@ import zlib
 
 from pymlgo.cli.demo import demo_config, train_and_evaluate, write_demo_report
 from pymlgo.corpus.format import load_corpus
+from pymlgo.evaluate.report import axis_label
 from pymlgo.train.config import make_config
 from pymlgo.train.trainer import RunOptions
 from tests.test_train_algorithms import TINY_DEMO_MODULES, copy_demo_subset
@@ -39,6 +40,13 @@ def png_size(data: bytes) -> tuple[int, int]:
 def test_the_demo_config_is_valid_and_budgeted_in_minutes():
     config = demo_config("es", 0, 4.0)
     assert config.time_budget_minutes == 4.0 and config.split.heldout > 0
+
+
+def test_the_plot_names_the_size_metric_its_bars_count():
+    # the default counts unwind tables as well, so a label saying `.text` would misreport
+    assert "allocated bytes" in axis_label("allocated")
+    assert "text bytes" in axis_label("text")
+    assert axis_label("allocated") != axis_label("llvm-size")
 
 
 def test_demo_report_png_json_and_headline_agree(demo_corpus_dir, compiler, tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""A training run's report: markdown tables and a PNG of per-module size change vs -Oz.
+"""A training run's report: markdown tables and a PNG of per-module size change vs -Oz,
+in the bytes of the size metric in force (`toolchain.size`).
 
 matplotlib is used through its object API with the Agg canvas (no pyplot, no display, no
 global state), so reports can be written from any process, headless.
@@ -65,6 +66,12 @@ def module_table(report: EvalReport) -> str:
     return "\n".join(lines)
 
 
+def axis_label(metric: str) -> str:
+    """The plot's label for a change in `metric`'s bytes; the bars follow the metric in
+    force, so the label names it (the default counts unwind tables, not `.text` alone)."""
+    return f"size change vs -Oz, {metric} bytes (%)"
+
+
 def write_plot(path: Path, results: Sequence[SplitResult],
                curve: Sequence[Mapping[str, float]] = ()) -> Path:
     """Horizontal bars of per-module size change for each split (modules with a change
@@ -92,7 +99,7 @@ def write_plot(path: Path, results: Sequence[SplitResult],
         ax.set_yticks(range(len(values)), labels, fontsize=7)
         ax.invert_yaxis()
         ax.axvline(0.0, color="black", linewidth=0.8)
-        ax.set_xlabel(".text size change vs -Oz (%)")
+        ax.set_xlabel(axis_label(r.report.size_metric))
         ax.set_title(f"{r.name}: total {r.report.change:+.2%} "
                      f"({len(r.report.ok_modules)} modules, policy {r.report.policy})",
                      fontsize=9)
@@ -103,7 +110,8 @@ def write_plot(path: Path, results: Sequence[SplitResult],
         ax.axhline(0.0, color="black", linewidth=0.8)
         ax.set_xlabel("training iteration")
         ax.set_ylabel("validation change (%)")
-        ax.set_title("validation .text size vs -Oz during training", fontsize=9)
+        metric = panels[0].report.size_metric if panels else "allocated"
+        ax.set_title(f"validation during training: {axis_label(metric)}", fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path

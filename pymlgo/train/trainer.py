@@ -16,7 +16,9 @@ Output directory layout:
 - `scalars.jsonl` — one JSON object per iteration; TensorBoard event files (`tensorboard/`)
   with the same tags as well when tensorboard is installed. Every iteration logs
   `reward/train` (mean 1 - size/-Oz size of its training compiles), `size_change/train`,
-  `size_change/validation` (total .text vs -Oz; for bc, which compiles nothing to learn,
+  `size_change/validation` (the total change in bytes of the size metric in force vs
+  -Oz; a problem scored by cost logs `cost_change/...` instead, its weighted cost vs its
+  baseline; for bc, which compiles nothing to learn,
   both only on iterations that validate, see `eval_every`, and the training figure over a
   seeded sample of at most TRAIN_CHECK_MODULES training modules: all of a broad corpus's
   would take longer than the iteration),
@@ -138,7 +140,8 @@ class TrainResult:
     split: Split
     iterations: int  # completed
     best_iteration: int
-    best_validation_change: float  # total size change vs -Oz of `best/` on validation
+    # `best/`'s total change on validation vs the problem's baseline (-Oz bytes, stock cost)
+    best_validation_change: float
     final_validation_change: float
     # what chose best/ (`TrainConfig.select_by`): its total again, or its package mean
     best_score: float
