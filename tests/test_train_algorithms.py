@@ -334,6 +334,11 @@ def test_best_is_the_lowest_package_mean_on_validation_when_selected_by_package(
     assert picked == min(mean, key=lambda it: (mean[it], -it))  # a tie: the later
     assert picked != min(total, key=lambda it: (total[it], -it))
     assert rows[-1]["cost_change/validation_best"] == total[picked]
+    # every validated policy is kept, so another pick needs no training again
+    kept = sorted(d.name for d in (out / "validated").iterdir())
+    assert kept == [f"iteration-{it:04d}" for it in sorted(total)]
+    assert ((out / "validated" / f"iteration-{picked:04d}" / "policy.json").read_bytes()
+            == (out / "best" / "policy.json").read_bytes())
     # the closing line names the figure that chose best/, beside its total
     best_line = next(line for line in capsys.readouterr().out.splitlines()
                      if line.startswith("best policy:"))

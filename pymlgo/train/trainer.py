@@ -12,13 +12,13 @@ Output directory layout:
   the validation packages' changes (`select_by`; of equal ones the later;
   a start drawn at random, bc's without a warm start, is no candidate unless no iteration
   runs, and `best/` appears at the first validation after it); `final/` — the last one
-  (both loadable with `mlgo eval --policy DIR`);
+  (both loadable with `mlgo eval --policy DIR`); `validated/iteration-NNNN/` — every policy
+  validated, so that another one than `best/` can be picked later without training again;
 - `scalars.jsonl` — one JSON object per iteration; TensorBoard event files (`tensorboard/`)
   with the same tags as well when tensorboard is installed. Every iteration logs
   `reward/train` (mean 1 - size/-Oz size of its training compiles), `size_change/train`,
-  `size_change/validation` (the total change in bytes of the size metric in force vs
-  -Oz; a problem scored by cost logs `cost_change/...` instead, its weighted cost vs its
-  baseline; for bc, which compiles nothing to learn,
+  `size_change/validation` (the total change vs -Oz, in the size metric in force; for
+  bc, which compiles nothing to learn,
   both only on iterations that validate, see `eval_every`, and the training figure over a
   seeded sample of at most TRAIN_CHECK_MODULES training modules: all of a broad corpus's
   would take longer than the iteration),
@@ -86,7 +86,7 @@ from pymlgo.workers.protocol import Executor, WorkSpec
 
 SETUP_FILE, CHECKPOINT_FILE, SCALARS_FILE = "setup.pkl", "checkpoint.pkl", "scalars.jsonl"
 IR2NATIVE_FILE = "ir2native-model.json"
-BEST_DIR, FINAL_DIR = "best", "final"
+BEST_DIR, FINAL_DIR, VALIDATED_DIR = "best", "final", "validated"
 CHECKPOINT_FORMAT = 1
 
 __all__ = ["TrainError"]  # defined in hooks.py, where the problems' hooks raise it too
@@ -210,6 +210,11 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def _save_policy(policy: Policy, directory: Path, problem: Problem) -> None:
     with _writing_to(directory):
         save_policy_dir(policy, directory, problem)
+
+
+def validated_dir(out: Path, iteration: int) -> Path:
+    """Where a run in `out` keeps the policy it validated after `iteration`."""
+    return out / VALIDATED_DIR / f"iteration-{iteration:04d}"
 
 
 def _load_pickle(path: Path) -> Any | None:
@@ -623,8 +628,10 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
             shaper = partial_reward_shaper(env, model, say)
         algo = make_algorithm(config, setup, shaper)
 
-        def validate(policy: Any) -> tuple[float, float, float]:
-            return val_env.validate(policy, val_names, config.select_by)
+        def validate(policy: Any, iteration: int) -> tuple[float, float, float]:
+            figures = val_env.validate(policy, val_names, config.select_by)
+            _save_policy(policy, validated_dir(out, iteration), problem)
+            return figures
 
         if checkpoint is not None:
             algo.load_state_dict(checkpoint["algo"])
@@ -644,7 +651,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
         else:
             iteration, elapsed, resumed_from = 0, 0.0, None
             start = _stamp(algo.policy(), config, 0)
-            last_change, last_mean, last_score = validate(start)
+            last_change, last_mean, last_score = validate(start, 0)
             last_eval = 0
             best_it, best_change, best_score, best_policy = 0, last_change, last_score, start
             if setup.initial_is_random:
@@ -694,7 +701,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                 final_due = max_it is not None and iteration == max_it
                 if iteration % config.eval_every == 0 or final_due:
                     policy = _stamp(algo.policy(), config, iteration)
-                    last_change, last_mean, last_score = validate(policy)
+                    last_change, last_mean, last_score = validate(policy, iteration)
                     last_eval = iteration
                     scalars[f"{change}/validation"] = last_change
                     scalars[f"{change}/validation_package_mean"] = last_mean
@@ -727,7 +734,7 @@ def _train(config: TrainConfig, corpus: Corpus, out: Path, options: RunOptions,
                                     best="-" if best_policy is None else f"{best_change:+.2%}")
             if last_eval != iteration:  # stopped by the budget between validations
                 policy = _stamp(algo.policy(), config, iteration)
-                last_change, last_mean, last_score = validate(policy)
+                last_change, last_mean, last_score = validate(policy, iteration)
                 last_eval = iteration
                 if last_score <= best_score:  # a tie: the later policy, as above
                     best_it, best_change, best_score, best_policy = (
