@@ -299,6 +299,20 @@ def test_validation_by_package_counts_every_package_the_same_however_much_it_hol
         selection_score(eps, "median")
 
 
+def test_a_package_pick_whose_total_is_above_the_baseline_is_warned_of(tmp_path):
+    # stop 58: the package mean fell to -7.05% at iteration 30 while the total rose to +2.26%
+    from pymlgo.corpus.split import Split
+
+    picked = trainer.TrainResult(tmp_path, Split((), (), ()), iterations=30, best_iteration=30,
+                                 best_validation_change=0.0226, final_validation_change=0.0226,
+                                 best_score=-0.0705, select_by="package", minutes=1.0,
+                                 resumed_from=None)
+    assert picked.best_warning is not None
+    assert "+2.26%" in picked.best_warning and str(tmp_path / "validated") in picked.best_warning
+    assert dataclasses.replace(picked, best_validation_change=-0.014).best_warning is None
+    assert dataclasses.replace(picked, select_by="total").best_warning is None
+
+
 def test_best_is_the_lowest_package_mean_on_validation_when_selected_by_package(
         demo_o2_corpus_dir, tmp_path, capsys):
     # eviction ES from the walk, every module its own package so that validation holds

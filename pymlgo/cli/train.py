@@ -198,4 +198,6 @@ def run(args: argparse.Namespace) -> int:
           f"{result.best_figures} {what})")
     print(f"final policy: {result.final_dir} (iteration {result.iterations}, validation "
           f"{result.final_validation_change:+.2%} {what})")
+    if result.best_warning:
+        print(result.best_warning, file=sys.stderr)
     return 0

@@ -156,6 +156,17 @@ class TrainResult:
         return f"{self.best_validation_change:+.2%}{mean}"
 
     @property
+    def best_warning(self) -> str | None:
+        """What to say when the package mean chose a `best/` whose total is above the
+        baseline's: the mean can keep falling while the total rises (stop 58 of the
+        regalloc-evict README), and the other validated policies are there to pick from."""
+        if self.select_by != "package" or self.best_validation_change <= 0:
+            return None
+        return (f"warning: best/ was chosen by the validation package mean, and its validation "
+                f"total ({self.best_validation_change:+.2%}) is above the baseline's; every "
+                f"validated policy is in {self.output_dir / VALIDATED_DIR}")
+
+    @property
     def best_dir(self) -> Path:
         return self.output_dir / BEST_DIR
 
