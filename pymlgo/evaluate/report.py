@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pymlgo.evaluate.eval import EvalReport
+from pymlgo.toolchain.size import DEFAULT_SIZE_METRIC
 
 REPORT_FILE, PLOT_FILE = "report.md", "size_change.png"
 
@@ -24,9 +25,14 @@ class SplitResult:
     report: EvalReport
 
 
+def size_metric(results: Sequence[SplitResult]) -> str:
+    """The size metric the splits were measured by (one run measures all by one)."""
+    return results[0].report.size_metric if results else DEFAULT_SIZE_METRIC
+
+
 def summary_table(results: Sequence[SplitResult]) -> str:
     """Totals per split by the metric in force, with the executable-only change beside."""
-    metric = results[0].report.size_metric if results else "allocated"
+    metric = size_metric(results)
     lines = [f"| split | modules | -Oz bytes ({metric}) | policy bytes | change | "
              "change, code only |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -110,8 +116,8 @@ def write_plot(path: Path, results: Sequence[SplitResult],
         ax.axhline(0.0, color="black", linewidth=0.8)
         ax.set_xlabel("training iteration")
         ax.set_ylabel("validation change (%)")
-        metric = panels[0].report.size_metric if panels else "allocated"
-        ax.set_title(f"validation during training: {axis_label(metric)}", fontsize=9)
+        ax.set_title(f"validation during training: {axis_label(size_metric(results))}",
+                     fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
@@ -136,7 +142,7 @@ def write_report(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_plot(out_dir / PLOT_FILE, results, curve)
-    metric = results[0].report.size_metric if results else "allocated"
+    metric = size_metric(results)
     parts = [f"# {title}", "", summary_table(results), "",
              f"Change = policy bytes / -Oz bytes − 1 by size metric `{metric}` "
              "(`allocated`: every allocated section of the object — code, read-only data, "
